@@ -1,0 +1,29 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: all deps demo test bench protos images clean
+
+all: test
+
+deps:
+	@bash scripts/install-deps.sh
+
+demo: deps
+	$(PY) -m cri_resmgr.testing.demo
+
+test: deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: deps
+	$(PY) -m cri_resmgr.testing.bench
+
+protos: deps
+	bash scripts/gen-protos.sh
+
+images:
+	bash scripts/build-images.sh
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache

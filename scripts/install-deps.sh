@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to run the demo, tests and
+# benchmarks: Debian packages (as root), a virtualenv and the project itself.
+# Idempotent: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+
+APT_PACKAGES=(containerd runc busybox-static openssl iproute2 util-linux procps)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing Debian packages (${missing[*]}); run as root" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# A package's postinst may have started the system containerd; we never use
+# nor stop it: our tests and demo run throwaway instances on their own sockets.
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+stamp="$VENV/.cri-resmgr-installed"
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
+  "$VENV/bin/pip" install -q -e '.[test]'
+  touch "$stamp"
+fi
