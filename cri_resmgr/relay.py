@@ -1,0 +1,280 @@
+"""The relay transport: serves CRI on a unix socket and forwards to the runtime.
+
+Every call is relayed as raw bytes with its metadata and deadline, and the
+runtime's status, details and trailing metadata come back unchanged. Only the
+methods in the interception table are decoded. Handlers are built once per
+method path and cached; `reconfigure` drops the cache so new calls see a new
+table or dumper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any, AsyncIterator, Protocol
+
+import grpc
+
+from cri_resmgr import sockets
+from cri_resmgr.criapi import Method, MethodTable, split_path
+from cri_resmgr.intercept import InterceptError, InterceptionTable, Request
+from cri_resmgr.upstream import MAX_MESSAGE_BYTES, Upstream
+
+log = logging.getLogger(__name__)
+
+SERVER_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Two relays binding the same socket would split kubelet's calls.
+    ("grpc.so_reuseport", 0),
+)
+
+# Metadata that gRPC itself sets on the upstream call; forwarding would duplicate it.
+_HOP_METADATA = frozenset({"user-agent", "content-type", "te", "grpc-accept-encoding",
+                           "grpc-encoding", "grpc-timeout", "authority", "host"})
+
+
+class DumpSink(Protocol):
+    def wants(self, path: str) -> bool: ...
+    def request(self, path: str, call_id: int, data: bytes) -> None: ...
+    def reply(self, path: str, call_id: int, data: bytes | None, latency: float,
+              code: grpc.StatusCode | None = None, details: str = "") -> None: ...
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
+    md = context.invocation_metadata()
+    if not md:
+        return ()
+    return tuple((k, v) for k, v in md if k not in _HOP_METADATA and not k.startswith(":"))
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: grpc.aio.AioRpcError) -> None:
+    # Trailing metadata must be a tuple here, or grpc.aio turns every upstream
+    # error into UNKNOWN.
+    await context.abort(e.code(), e.details() or "", tuple(e.trailing_metadata() or ()))
+
+
+class Relay:
+    """Serves RuntimeService and ImageService (all versions) on one socket."""
+
+    def __init__(self, socket_path: str, runtime: Upstream, image: Upstream | None,
+                 methods: MethodTable, interceptors: InterceptionTable | None = None,
+                 dumper: DumpSink | None = None, socket_like: str | None = None,
+                 runtime_enabled: bool = True):
+        self.socket_path = sockets.strip_scheme(socket_path)
+        self.runtime = runtime if runtime_enabled else None
+        self.image = image
+        self.methods = methods
+        self._interceptors: InterceptionTable = interceptors or {}
+        self._dumper = dumper
+        self._socket_like = socket_like
+        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._call_ids = itertools.count(1)
+        self._server: grpc.aio.Server | None = None
+
+    # -- configuration -------------------------------------------------------
+
+    def reconfigure(self, interceptors: InterceptionTable | None = None,
+                    dumper: DumpSink | None = None, *, set_dumper: bool = False) -> None:
+        if interceptors is not None:
+            self._interceptors = interceptors
+        if set_dumper:
+            self._dumper = dumper
+        self._handlers = {}
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        sockets.prepare(self.socket_path)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server.add_generic_rpc_handlers((_Lookup(self),))
+        # Tight umask so the socket is never briefly world-accessible before chmod.
+        old = os.umask(0o177)
+        try:
+            server.add_insecure_port("unix://" + self.socket_path)
+            await server.start()
+        finally:
+            os.umask(old)
+        sockets.secure(self.socket_path, like=self._socket_like)
+        self._server = server
+        log.info("relay serving on %s", self.socket_path)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, give in-flight calls `grace` seconds, remove the socket."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        sockets.remove(self.socket_path)
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    # -- handler construction -------------------------------------------------
+
+    def handler(self, path: str) -> grpc.RpcMethodHandler | None:
+        try:
+            return self._handlers[path]
+        except KeyError:
+            h = self._handlers[path] = self._build(path)
+            return h
+
+    def _upstream_for(self, path: str) -> Upstream | None:
+        service, _ = split_path(path)
+        return self.image if service.endswith("ImageService") else self.runtime
+
+    def _build(self, path: str) -> grpc.RpcMethodHandler | None:
+        upstream = self._upstream_for(path)
+        if upstream is None:
+            return None  # service disabled: gRPC answers UNIMPLEMENTED
+        method = self.methods.lookup(path)
+        dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
+        if method is None or method.client_streaming:
+            # Unknown shape: a bidi stream relays any of the four kinds on the wire.
+            return grpc.stream_stream_rpc_method_handler(self._stream_passthrough(path, upstream, dumper))
+        if method.server_streaming:
+            return grpc.unary_stream_rpc_method_handler(self._unary_stream_passthrough(path, upstream, dumper))
+        interceptor = self._interceptors.get(method.name)
+        if interceptor is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._intercepted(path, method, interceptor, upstream, dumper))
+        return grpc.unary_unary_rpc_method_handler(self._unary_passthrough(path, upstream, dumper))
+
+    def _unary_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+        mc = upstream.unary(path)
+        ids = self._call_ids
+
+        async def relay_unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            if dumper is not None:
+                call_id = next(ids)
+                dumper.request(path, call_id, request)
+                t0 = time.perf_counter()
+            call = mc(request, metadata=_metadata(context), timeout=context.time_remaining())
+            try:
+                reply = await call
+            except grpc.aio.AioRpcError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+                await _abort(context, e)
+            except asyncio.CancelledError:
+                call.cancel()  # the caller went away: so does the runtime call
+                raise
+            if dumper is not None:
+                dumper.reply(path, call_id, reply, time.perf_counter() - t0)
+            trailing = await call.trailing_metadata()
+            if trailing:
+                context.set_trailing_metadata(tuple(trailing))
+            return reply
+
+        return relay_unary
+
+    def _unary_stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+        mc = upstream.unary_stream(path)
+        ids = self._call_ids
+
+        async def relay_unary_stream(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            call_id = next(ids)
+            if dumper is not None:
+                dumper.request(path, call_id, request)
+            t0 = time.perf_counter()
+            call = mc(request, metadata=_metadata(context), timeout=context.time_remaining())
+            try:
+                async for item in call:
+                    if dumper is not None:
+                        dumper.reply(path, call_id, item, time.perf_counter() - t0)
+                    yield item
+            except grpc.aio.AioRpcError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+                await _abort(context, e)
+            finally:
+                call.cancel()
+            if dumper is not None:
+                dumper.reply(path, call_id, None, time.perf_counter() - t0, grpc.StatusCode.OK)
+            trailing = await call.trailing_metadata()
+            if trailing:
+                context.set_trailing_metadata(tuple(trailing))
+
+        return relay_unary_stream
+
+    def _stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+        mc = upstream.stream_stream(path)
+        ids = self._call_ids
+
+        async def relay_stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            call_id = next(ids)
+            t0 = time.perf_counter()
+
+            async def forward_requests() -> AsyncIterator[bytes]:
+                async for item in requests:
+                    if dumper is not None:
+                        dumper.request(path, call_id, item)
+                    yield item
+
+            call = mc(forward_requests(), metadata=_metadata(context), timeout=context.time_remaining())
+            try:
+                async for item in call:
+                    if dumper is not None:
+                        dumper.reply(path, call_id, item, time.perf_counter() - t0)
+                    yield item
+            except grpc.aio.AioRpcError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+                await _abort(context, e)
+            finally:
+                call.cancel()
+            trailing = await call.trailing_metadata()
+            if trailing:
+                context.set_trailing_metadata(tuple(trailing))
+
+        return relay_stream
+
+    def _intercepted(self, path: str, method: Method, interceptor, upstream: Upstream,
+                     dumper: DumpSink | None):
+        mc = upstream.unary(path)
+        ids = self._call_ids
+        # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
+        v1 = self.methods.lookup(f"/runtime.v1.{split_path(path)[0].rpartition('.')[2]}/{method.name}") or method
+        request_type, reply_type = v1.request, v1.response
+
+        async def relay_intercepted(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            call_id = next(ids)
+            if dumper is not None:
+                dumper.request(path, call_id, request)
+            t0 = time.perf_counter()
+            metadata = _metadata(context)
+            timeout = context.time_remaining()
+
+            async def forward(message) -> Any:
+                data = await mc(message.SerializeToString(), metadata=metadata, timeout=timeout)
+                return reply_type.FromString(data)
+
+            try:
+                reply = (await interceptor(Request(method.name, path, request_type.FromString(request), forward))
+                         ).SerializeToString()
+            except grpc.aio.AioRpcError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+                await _abort(context, e)
+            except InterceptError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code, e.message)
+                await context.abort(e.code, e.message)
+            if dumper is not None:
+                dumper.reply(path, call_id, reply, time.perf_counter() - t0)
+            return reply
+
+        return relay_intercepted
+
+
+class _Lookup(grpc.GenericRpcHandler):
+    """gRPC asks this for every call; the relay answers from its handler cache."""
+
+    def __init__(self, relay: Relay):
+        self._relay = relay
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._relay.handler(handler_call_details.method)

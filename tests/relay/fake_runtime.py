@@ -1,0 +1,94 @@
+"""An in-process gRPC server standing in for a runtime, for faults containerd cannot show.
+
+Tests of the relay against the real containerd live in test_relay_containerd.py;
+this one only answers what a real runtime cannot be made to do on demand:
+trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+
+V1 = "/runtime.v1.RuntimeService/"
+
+
+class FakeRuntime:
+    def __init__(self, socket_path: str):
+        self.socket_path = socket_path
+        self.server: grpc.aio.Server | None = None
+        self.cancelled = asyncio.Event()
+        self.seen_metadata: dict[str, str] = {}
+        self.seen_remaining: float | None = None
+        self.requests: dict[str, bytes] = {}
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server(options=(
+            ("grpc.max_send_message_length", 32 << 20), ("grpc.max_receive_message_length", 32 << 20)))
+        self.server.add_generic_rpc_handlers((_Handlers(self),))
+        self.server.add_insecure_port("unix://" + self.socket_path)
+        await self.server.start()
+
+    async def stop(self) -> None:
+        if self.server:
+            await self.server.stop(0)
+            self.server = None
+
+
+class _Handlers(grpc.GenericRpcHandler):
+    def __init__(self, fake: FakeRuntime):
+        self.f = fake
+
+    def service(self, details):
+        f = self.f
+        name = details.method
+
+        async def version(req: bytes, ctx):
+            f.seen_metadata = {k: v for k, v in ctx.invocation_metadata()}
+            f.seen_remaining = ctx.time_remaining()
+            ctx.set_trailing_metadata((("x-runtime", "fake"),))
+            return pb.VersionResponse(version="0.1.0", runtime_name="fake", runtime_version="1",
+                                      runtime_api_version="v1").SerializeToString()
+
+        async def echo(req: bytes, ctx):
+            f.requests[name] = req
+            ctx.set_trailing_metadata((("x-echo-len", str(len(req))),))
+            return req
+
+        async def not_found(req: bytes, ctx):
+            await ctx.abort(grpc.StatusCode.NOT_FOUND, "container \"abc\" not found",
+                            (("x-reason", "gone"),))
+
+        async def slow(req: bytes, ctx):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                f.cancelled.set()
+                raise
+            return b""
+
+        async def events(req: bytes, ctx):
+            for i in range(3):
+                yield pb.ContainerEventResponse(container_id=f"c{i}").SerializeToString()
+
+        async def big(req: bytes, ctx):
+            n = int(req.decode() or "0")
+            return pb.ListContainersResponse(containers=[
+                pb.Container(id=f"{i:064d}", labels={"pad": "x" * 1000}) for i in range(n)]).SerializeToString()
+
+        if name == V1 + "Version":
+            return grpc.unary_unary_rpc_method_handler(version)
+        if name == V1 + "ContainerStatus":
+            return grpc.unary_unary_rpc_method_handler(not_found)
+        if name == V1 + "StopContainer":
+            return grpc.unary_unary_rpc_method_handler(slow)
+        if name == V1 + "GetContainerEvents":
+            return grpc.unary_stream_rpc_method_handler(events)
+        if name == "/test.Big/List":
+            return grpc.unary_unary_rpc_method_handler(big)
+        if name.startswith("/runtime.v1.RuntimeService/Unknown"):
+            return None  # UNIMPLEMENTED by gRPC itself
+        return grpc.unary_unary_rpc_method_handler(echo)
