@@ -207,14 +207,16 @@ class Relay:
         async def relay_stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             call_id = next(ids)
             t0 = time.perf_counter()
-
-            async def forward_requests() -> AsyncIterator[bytes]:
-                async for item in requests:
-                    if dumper is not None:
-                        dumper.request(path, call_id, item)
-                    yield item
-
-            call = mc(forward_requests(), metadata=_metadata(context), timeout=context.time_remaining())
+            # Read the caller's messages up to its half-close before calling
+            # upstream: consuming the server stream from the upstream call's own
+            # task races with our abort in grpc.aio (INTERNAL "error from Core").
+            # CRI has no bidirectional RPCs, so nothing waits on early replies.
+            sent = []
+            async for item in requests:
+                if dumper is not None:
+                    dumper.request(path, call_id, item)
+                sent.append(item)
+            call = mc(iter(sent), metadata=_metadata(context), timeout=context.time_remaining())
             try:
                 async for item in call:
                     if dumper is not None:

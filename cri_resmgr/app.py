@@ -1,0 +1,159 @@
+"""Wires the relay's parts together and runs them until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+from cri_resmgr import sockets
+from cri_resmgr.config import ConfigError
+from cri_resmgr.config_service import ConfigServer
+from cri_resmgr.control import ControlSettings, Controller
+from cri_resmgr.criapi import MethodTable
+from cri_resmgr.dump import Dumper, Level, parse_specs
+from cri_resmgr.policy.registry import Registry
+from cri_resmgr.relay import Relay
+from cri_resmgr.upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+DISABLED = "-"
+STOP_GRACE_SECONDS = 5.0
+
+
+@dataclass
+class Settings:
+    policy: str = "none"
+    relay_socket: str = "/var/run/cri-resmgr/cri-resmgr.sock"
+    runtime_socket: str = "/var/run/containerd/containerd.sock"
+    image_socket: str = "/var/run/containerd/containerd.sock"
+    config_socket: str = "/var/run/cri-resmgr/cri-resmgr-config.sock"
+    dump: list[str] = field(default_factory=list)
+    dump_file: str | None = None
+    dump_format: str = "human"
+    dump_redact: bool = True
+    runtime_wait_timeout: float | None = None
+    control: ControlSettings = field(default_factory=ControlSettings)
+
+
+def validate(settings: Settings) -> None:
+    """Checks what can be checked before anything starts; raises ValueError."""
+    parse_specs(settings.dump)
+    if settings.runtime_socket == DISABLED and settings.image_socket == DISABLED:
+        raise ValueError("both the runtime and the image service are disabled ('-'): nothing to relay")
+    relay = sockets.strip_scheme(settings.relay_socket)
+    for name, path in (("runtime", settings.runtime_socket), ("image", settings.image_socket),
+                       ("config", settings.config_socket)):
+        if path != DISABLED and sockets.strip_scheme(path) == relay:
+            raise ValueError(f"the {name} socket and the relay socket are the same path: {relay}")
+
+
+class DumpAdapter:
+    """Presents the dumper to the relay as the small DumpSink it needs."""
+
+    def __init__(self, dumper: Dumper):
+        self._level = dumper.level
+        self.request = dumper.request
+        self.reply = dumper.reply
+
+    def wants(self, path: str) -> bool:
+        return self._level(path) is not Level.OFF
+
+
+class _ConfigApplier:
+    """The Config service's view of the controller."""
+
+    def __init__(self, controller: Controller):
+        self._c = controller
+
+    async def apply(self, data: dict[str, str], source: str) -> str | None:
+        return await self._c.apply_agent(data, source)
+
+    def current(self) -> dict[str, str]:
+        import yaml
+        if self._c.config is None:
+            return {}
+        return {k: yaml.safe_dump(v, sort_keys=False) for k, v in self._c.config.to_document().items()}
+
+
+def _set_debug(debug: bool) -> None:
+    logging.getLogger().setLevel(logging.DEBUG if debug else logging.INFO)
+
+
+async def run(settings: Settings, registry: Registry) -> int:
+    methods = MethodTable()
+    runtime = None if settings.runtime_socket == DISABLED else Upstream(settings.runtime_socket)
+    if settings.image_socket == DISABLED:
+        image = None
+    elif runtime is not None and sockets.strip_scheme(settings.image_socket) == runtime.path:
+        image = runtime
+    else:
+        image = Upstream(settings.image_socket)
+    primary = runtime or image
+
+    # Refuse early if another relay is live, before waiting on the runtime.
+    try:
+        sockets.prepare(sockets.strip_scheme(settings.relay_socket))
+    except sockets.SocketError as e:
+        log.error("%s", e)
+        return 1
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    ready = asyncio.ensure_future(primary.wait_ready(timeout=settings.runtime_wait_timeout))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({ready, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        ready.cancel()
+        log.info("stopped while waiting for the runtime")
+        return 0
+    stopped.cancel()
+    try:
+        version = ready.result()
+    except TimeoutError as e:
+        log.error("%s", e)
+        return 1
+    log.info("runtime %s %s (CRI %s) at %s", version.runtime_name, version.runtime_version,
+             version.runtime_api_version, primary.path)
+
+    relay = Relay(settings.relay_socket, runtime, image, methods, interceptors={},
+                  socket_like=primary.path, runtime_enabled=runtime is not None)
+
+    def make_dumper(specs, file, fmt, redact):
+        return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods)
+
+    controller = Controller(settings.control, registry, relay, runtime or image, make_dumper, _set_debug)
+    try:
+        await controller.apply(controller.initial_config())
+    except ConfigError as e:
+        log.error("%s", e)
+        await controller.close()
+        return 1
+    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(controller.reload_forced()))
+
+    config_server = None
+    try:
+        await relay.start()
+        if settings.config_socket != DISABLED:
+            config_server = ConfigServer(_ConfigApplier(controller), sockets.strip_scheme(settings.config_socket))
+            await config_server.start()
+    except Exception as e:  # bind failures and the like: one clear line, no traceback
+        log.error("cannot serve: %s", e)
+        await relay.stop(0)
+        await controller.close()
+        return 1
+    log.info("policy %s active", controller.policy_name)
+    await stop.wait()
+    log.info("shutting down")
+    await relay.stop(STOP_GRACE_SECONDS)
+    if config_server is not None:
+        await config_server.stop()
+    await controller.close()
+    for up in {id(u): u for u in (runtime, image) if u is not None}.values():
+        await up.close()
+    return 0

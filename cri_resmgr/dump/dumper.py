@@ -1,0 +1,173 @@
+"""The dumper the relay calls: cheap capture on the event loop, work on a thread.
+
+The relay asks level(path) for every call (a cached dict lookup) and calls
+request()/reply() only when that is not OFF.  Those only put a tuple on a
+bounded queue; when the queue is full the message is dropped and counted, and
+the writer thread reports the drops in the dump.  Nothing waits on the writer.
+close() drains whatever was captured, writes final counts, and closes the file.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Iterable, TextIO
+
+from cri_resmgr.criapi import MethodTable
+from cri_resmgr.dump.format import FORMATS
+from cri_resmgr.dump.rules import Level, Rules, parse_specs
+from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Writer
+
+if TYPE_CHECKING:
+    import grpc
+
+DEFAULT_QUEUE_SIZE = 10000
+FILE_MODE = 0o600  # dumps hold container environments and command lines
+_STOP = ("stop",)
+_OK_CODE_NAMES = (None, "OK")
+
+
+class Dumper:
+    def __init__(self, specs: Iterable[str], *, file: str | None = None, fmt: str = "human",
+                 redact: bool = True, count_period: float = 30.0, methods: MethodTable | None = None,
+                 stream: TextIO | None = None, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+        self.rules: Rules = parse_specs(specs)
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown dump format {fmt!r} (known: {', '.join(FORMATS)})")
+        if count_period <= 0:
+            raise ValueError(f"dump count period must be positive, got {count_period!r}")
+        if queue_size < 1:
+            raise ValueError(f"dump queue size must be positive, got {queue_size!r}")
+        self.count_period = count_period
+        self._max = queue_size
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._dropped = 0
+        self._drop_lock = threading.Lock()
+        self._closed = False
+        self._owns_out = file is not None
+        out = _open_private(file) if file is not None else (stream if stream is not None else sys.stderr)
+        self._writer = Writer(out, FORMATS[fmt](redact=redact), methods if methods is not None else MethodTable())
+        self._thread = threading.Thread(target=self._run, name="cri-dump-writer", daemon=True)
+        self._thread.start()
+
+    # -- relay side: must stay cheap ------------------------------------------------
+
+    def level(self, path: str) -> Level:
+        """How to dump calls of a gRPC path; decided once per path, then a dict lookup."""
+        return self.rules.level(path)
+
+    @property
+    def enabled(self) -> bool:
+        """False when no rule could ever dump anything; the relay may skip the dumper."""
+        return not self.rules.empty
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    def request(self, path: str, call_id: int, data: bytes) -> None:
+        """A request message, as raw bytes; call_id pairs it with its replies."""
+        level = self.rules.level(path)
+        if level is Level.COUNT:
+            self._put((CNT, path, 1, 0))
+        elif level is not Level.OFF:
+            self._put((REQ, path, call_id, data, time.time(), level))
+
+    def reply(self, path: str, call_id: int, data: bytes | None, latency: float,
+              code: grpc.StatusCode | None = None, details: str = "") -> None:
+        """A reply message (data), or the end of a call (data=None) with its status.
+        code None means OK; latency is seconds since the request."""
+        level = self.rules.level(path)
+        code_name = None if code is None else getattr(code, "name", None) or str(code)
+        if level is Level.COUNT:
+            if code_name not in _OK_CODE_NAMES:
+                self._put((CNT, path, 0, 1))
+        elif level is not Level.OFF:
+            self._put((REP, path, call_id, data, time.time(), level, latency, code_name, details))
+
+    def note(self, text: str) -> None:
+        """A free-form line (e.g. a dry-run policy decision), dumped whatever the rules."""
+        self._put((NOTE, text, time.time()))
+
+    def _put(self, item: tuple) -> None:
+        # qsize() is exact enough: only this side adds, so the bound can only be
+        # overshot by concurrent producers, never by the consumer.
+        if self._closed or self._queue.qsize() >= self._max:
+            with self._drop_lock:
+                self._dropped += 1
+            return
+        self._queue.put(item)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain the queue, write final counts and drops, flush, close our file."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)  # past the bound on purpose: stopping must not be dropped
+        self._thread.join()
+
+    def __enter__(self) -> "Dumper":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        writer = self._writer
+        next_counts = time.monotonic() + self.count_period
+        try:
+            while True:
+                timeout = max(0.0, next_counts - time.monotonic())
+                try:
+                    item = self._queue.get(timeout=timeout)
+                except queue.Empty:
+                    item = None
+                if item is _STOP:
+                    break
+                if item is not None:
+                    self._guarded(writer.handle, item)
+                if time.monotonic() >= next_counts:
+                    self._guarded(writer.write_counts)
+                    next_counts = time.monotonic() + self.count_period
+                if self._dropped:
+                    self._guarded(writer.report_drops, self._dropped)
+                if self._queue.empty():
+                    self._guarded(writer.out.flush)
+            # _closed is set, so nothing more is enqueued; take what is left.
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _STOP:
+                    self._guarded(writer.handle, item)
+            self._guarded(writer.write_counts)
+            self._guarded(writer.report_drops, self._dropped)
+        finally:
+            self._guarded(writer.out.flush)
+            if self._owns_out:
+                self._guarded(writer.out.close)
+
+    def _guarded(self, fn, *args) -> None:
+        # One bad message (or a full disk) must not kill the writer and silently
+        # stop the dump; say what went wrong where the dump goes, or on stderr.
+        try:
+            fn(*args)
+        except Exception as err:
+            msg = f"cri-resmgr dump: {getattr(fn, '__name__', fn)} failed: {type(err).__name__}: {err}\n"
+            try:
+                self._writer.out.write(msg)
+            except Exception:
+                sys.stderr.write(msg)
+
+
+def _open_private(path: str) -> TextIO:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    return os.fdopen(fd, "a", encoding="utf-8")
