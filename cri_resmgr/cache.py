@@ -1,0 +1,170 @@
+"""The relay's record of pods and containers, persisted so a restart loses nothing.
+
+State is written atomically (write, fsync, rename) on every change that matters
+for allocations. A state file that cannot be read, or is of another format or
+version, is moved aside with a log line and the relay rebuilds from the runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from cri_resmgr.policy.api import Assignment, QoS, Workload
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = "cri-resmgr-state"
+STATE_VERSION = 1
+STATE_FILE = "state.json"
+
+
+@dataclass
+class PodRecord:
+    id: str
+    name: str
+    namespace: str
+    uid: str = ""
+    cgroup_parent: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ContainerRecord:
+    key: str  # the policy's key; stable from before the runtime assigns an id
+    pod_id: str
+    name: str
+    workload: Workload
+    id: str = ""  # the runtime's container id, once created
+    state: str = "creating"  # creating, created, running, exited
+    # LinuxContainerResources as last set (json_format dict), so unsolicited
+    # updates resend the container's other resources unchanged.
+    resources: dict[str, Any] = field(default_factory=dict)
+    released: bool = False
+
+
+@dataclass
+class Saved:
+    policy: str
+    assignments: dict[str, Assignment]
+
+
+class Cache:
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None):
+        self.path = Path(state_dir) / STATE_FILE if state_dir else None
+        self.pods: dict[str, PodRecord] = {}
+        self.containers: dict[str, ContainerRecord] = {}  # by key
+        self._by_id: dict[str, str] = {}
+
+    # -- queries ---------------------------------------------------------------
+
+    def by_id(self, container_id: str) -> ContainerRecord | None:
+        key = self._by_id.get(container_id)
+        return self.containers.get(key) if key else None
+
+    def of_pod(self, pod_id: str) -> list[ContainerRecord]:
+        return [c for c in self.containers.values() if c.pod_id == pod_id]
+
+    def __iter__(self) -> Iterator[ContainerRecord]:
+        return iter(list(self.containers.values()))
+
+    # -- updates ---------------------------------------------------------------
+
+    def add_pod(self, pod: PodRecord) -> None:
+        self.pods[pod.id] = pod
+
+    def remove_pod(self, pod_id: str) -> list[ContainerRecord]:
+        self.pods.pop(pod_id, None)
+        gone = self.of_pod(pod_id)
+        for c in gone:
+            self.remove_container(c.key)
+        return gone
+
+    def add_container(self, c: ContainerRecord) -> None:
+        self.containers[c.key] = c
+        if c.id:
+            self._by_id[c.id] = c.key
+
+    def set_id(self, key: str, container_id: str) -> None:
+        c = self.containers[key]
+        c.id = container_id
+        self._by_id[container_id] = key
+
+    def remove_container(self, key: str) -> ContainerRecord | None:
+        c = self.containers.pop(key, None)
+        if c is not None and c.id:
+            self._by_id.pop(c.id, None)
+        return c
+
+    # -- persistence ------------------------------------------------------------
+
+    def save(self, policy: str, assignments: Mapping[str, Assignment]) -> None:
+        if self.path is None:
+            return
+        data = {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "saved": time.time(),
+            "policy": policy,
+            "pods": {p.id: dataclasses.asdict(p) for p in self.pods.values()},
+            "containers": {c.key: _container_json(c) for c in self.containers.values() if c.id},
+            "assignments": {k: a.to_json() for k, a in assignments.items()},
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def load(self) -> Saved | None:
+        """Loads saved state into this cache; None when there is none usable."""
+        if self.path is None or not self.path.exists():
+            return None
+        try:
+            data = json.loads(self.path.read_text())
+            if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+                raise ValueError("not a cri-resmgr state file")
+            if data.get("version") != STATE_VERSION:
+                raise ValueError(f"state format version {data.get('version')!r}, expected {STATE_VERSION}")
+            pods = {k: PodRecord(**v) for k, v in data["pods"].items()}
+            containers = [_container_from_json(v) for v in data["containers"].values()]
+            assignments = {k: Assignment.from_json(v) for k, v in data["assignments"].items()}
+            policy = str(data["policy"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            aside = self.path.with_name(f"{self.path.name}.bad-{int(time.time())}")
+            try:
+                os.replace(self.path, aside)
+                where = f"moved aside to {aside}"
+            except OSError as move_error:
+                where = f"could not move it aside: {move_error}"
+            log.error("state file %s is unusable (%s); %s; rebuilding from the runtime", self.path, e, where)
+            return None
+        self.pods = pods
+        self.containers = {}
+        self._by_id = {}
+        for c in containers:
+            self.add_container(c)
+        return Saved(policy=policy, assignments=assignments)
+
+
+def _container_json(c: ContainerRecord) -> dict[str, Any]:
+    d = dataclasses.asdict(c)
+    d["workload"]["qos"] = c.workload.qos.value
+    return d
+
+
+def _container_from_json(d: dict[str, Any]) -> ContainerRecord:
+    w = dict(d["workload"])
+    w["qos"] = QoS(w["qos"])
+    d = dict(d)
+    d["workload"] = Workload(**w)
+    return ContainerRecord(**d)

@@ -1,0 +1,269 @@
+"""Owns the relay's live parts and applies configurations transactionally.
+
+A configuration is validated and everything it needs is built first (policy,
+dumper); only then is it switched in. If any step fails, what was in force
+stays in force and the error names what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from cri_resmgr import discovery
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.cache import Cache
+from cri_resmgr.config import Config, ConfigError, parse_document, parse_modules
+from cri_resmgr.enforce import Enforcer
+from cri_resmgr.policy.registry import Registry
+from cri_resmgr.resmgr import Options, ResourceManager
+from cri_resmgr.topology import Topology, discover
+
+log = logging.getLogger(__name__)
+
+AGENT_CONFIG_FILE = "agent-config.json"
+
+
+@dataclass
+class ControlSettings:
+    policy_flag: str = "none"
+    state_dir: str = "/var/lib/cri-resmgr"
+    host_root: str = "/"
+    force_config: str | None = None
+    fallback_config: str | None = None
+    dry_run: bool = False
+    disable_policy_switch: bool = False
+    # Command-line dump settings; a configuration's dump module replaces them.
+    dump_specs: tuple[str, ...] = ()
+    dump_file: str | None = None
+    dump_format: str = "human"
+    dump_unredacted: bool = False
+
+
+class Controller:
+    def __init__(self, settings: ControlSettings, registry: Registry, relay, runtime,
+                 dumper_factory: Callable[..., Any], logger_setter: Callable[[bool], None] | None = None):
+        self.settings = settings
+        self.registry = registry
+        self.relay = relay
+        self.runtime = runtime
+        self._make_dumper = dumper_factory
+        self._set_debug = logger_setter
+        self._topology: Topology | None = None
+        self.config: Config | None = None
+        self.policy_name = "none"
+        self.resmgr: ResourceManager | None = None
+        self.dumper = None
+        self.enforcer: Enforcer | None = None
+        self._apply_lock = asyncio.Lock()
+        self._policy_key: tuple | None = None
+
+    # -- sources ----------------------------------------------------------------------
+
+    @property
+    def agent_config_path(self) -> Path:
+        return Path(self.settings.state_dir) / AGENT_CONFIG_FILE
+
+    def initial_config(self) -> Config:
+        """-force-config, then the last accepted agent configuration, then
+        -fallback-config, then built-in defaults."""
+        names = self.registry.names()
+        s = self.settings
+        if s.force_config:
+            return parse_document(_read(s.force_config), s.force_config, names)
+        saved = self._saved_agent_config()
+        if saved is not None:
+            try:
+                return parse_modules(saved, "last agent configuration", names)
+            except ConfigError as e:
+                log.error("ignoring the saved agent configuration: %s", e)
+        if s.fallback_config:
+            return parse_document(_read(s.fallback_config), s.fallback_config, names)
+        return Config()
+
+    def _saved_agent_config(self) -> dict[str, str] | None:
+        try:
+            data = json.loads(self.agent_config_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.error("cannot read %s: %s", self.agent_config_path, e)
+            return None
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            log.error("%s is not a saved agent configuration; ignoring it", self.agent_config_path)
+            return None
+        return data
+
+    # -- applying -------------------------------------------------------------------------
+
+    async def apply_agent(self, modules: dict[str, str], source: str = "agent") -> str | None:
+        """The Config service's entry: None when accepted, else the error text."""
+        if self.settings.force_config:
+            return (f"configuration is forced from {self.settings.force_config} (-force-config); "
+                    "agent configuration ignored")
+        try:
+            config = parse_modules(modules, source, self.registry.names())
+            await self.apply(config)
+        except ConfigError as e:
+            log.error("rejected configuration from %s: %s", source, e)
+            return str(e)
+        _write_json(self.agent_config_path, modules)
+        return None
+
+    async def reload_forced(self) -> None:
+        """SIGHUP: re-read -force-config; a bad file keeps the current configuration."""
+        path = self.settings.force_config
+        if not path:
+            log.info("SIGHUP: no -force-config file to reload")
+            return
+        try:
+            await self.apply(parse_document(_read(path), path, self.registry.names()))
+            log.info("SIGHUP: reloaded %s", path)
+        except ConfigError as e:
+            log.error("SIGHUP: keeping the current configuration: %s", e)
+
+    async def apply(self, config: Config) -> None:
+        async with self._apply_lock:
+            await self._apply(config)
+
+    async def _apply(self, config: Config) -> None:
+        name = config.policy.active or self.settings.policy_flag
+        info = self.registry.lookup(name)
+        if (self.config is not None and self.settings.disable_policy_switch
+                and info.name != self.policy_name):
+            raise ConfigError(f"{config.source}: policy.Active: switching from {self.policy_name} to "
+                              f"{info.name} is disabled (-disable-policy-switch)")
+        # Build everything first; nothing in force changes until all of it is ready.
+        policy = None
+        policy_key = (info.name, config.policy.reserved_cpu, config.policy.available_cpu,
+                      json.dumps(config.policy.sections.get(info.name, {}), sort_keys=True, default=str),
+                      config.policy.reserved_namespaces, config.policy.fail_closed)
+        if info.factory is not None and policy_key != self._policy_key:
+            from cri_resmgr.policy.context import build_context
+
+            try:
+                context = build_context(self.topology(), available=config.policy.available_cpu,
+                                        reserved=config.policy.reserved_cpu,
+                                        options=config.policy.sections.get(info.name, {}))
+                policy = info.factory(context)
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{config.source}: {e}") from None
+        dump_cfg = self._dump_settings(config)
+        new_dumper = self.dumper
+        if self.config is None or dump_cfg != self._dump_settings(self.config):
+            try:
+                new_dumper = self._make_dumper(*dump_cfg) if dump_cfg[0] else None
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"{config.source}: dump: {e}") from None
+
+        if policy_key != self._policy_key:
+            try:
+                await self._switch_policy(info.name, policy, config)
+            except Exception as e:
+                if new_dumper is not self.dumper and new_dumper is not None:
+                    new_dumper.close()
+                raise ConfigError(f"{config.source}: applying policy {info.name} failed: {e}") from e
+            self._policy_key = policy_key
+        if new_dumper is not self.dumper:
+            old = self.dumper
+            self.dumper = new_dumper
+            self.relay.reconfigure(dumper=self._dump_sink(new_dumper), set_dumper=True)
+            if old is not None:
+                old.close()
+        if self._set_debug:
+            self._set_debug(config.logger.debug)
+        self.config = config
+        log.info("configuration from %s in force: policy %s", config.source, self.policy_name)
+
+    def _dump_settings(self, config: Config) -> tuple:
+        d = config.dump
+        if d.specs:
+            return (list(d.specs), d.file, d.format, not d.unredacted)
+        s = self.settings
+        return (list(s.dump_specs), s.dump_file, s.dump_format, not s.dump_unredacted)
+
+    def _dump_sink(self, dumper):
+        if dumper is None:
+            return None
+        from cri_resmgr.app import DumpAdapter
+        return DumpAdapter(dumper)
+
+    def topology(self) -> Topology:
+        if self._topology is None:
+            self._topology = discover(self.settings.host_root)
+        return self._topology
+
+    async def _switch_policy(self, name: str, policy, config: Config) -> None:
+        old = self.resmgr
+        if policy is None:  # the none policy: intercept nothing, give containers all CPUs back
+            if old is not None:
+                async with old.lock:
+                    await self._reset_all(old)
+            self.resmgr = None
+            self.policy_name = name
+            self.relay.reconfigure(interceptors={})
+            return
+        if self.enforcer is None:
+            self.enforcer = Enforcer(self.runtime)
+        lock = old.lock if old is not None else asyncio.Lock()
+        async with lock:
+            if old is not None:
+                cache, saved = old.cache, old.policy.assignments() if old.policy_name == name else None
+            else:
+                cache = Cache(self.settings.state_dir)
+                loaded = cache.load()
+                saved = loaded.assignments if loaded is not None and loaded.policy == name else None
+                if loaded is not None and loaded.policy != name:
+                    log.info("policy changed from %s to %s since the last run: re-allocating every container",
+                             loaded.policy, name)
+                await discovery.discover(self.runtime, cache, config.policy.reserved_namespaces)
+            options = Options(dry_run=self.settings.dry_run, fail_closed=config.policy.fail_closed,
+                              reserved_namespaces=config.policy.reserved_namespaces)
+            resmgr = ResourceManager(name, policy, cache, self.enforcer, options,
+                                     note=self._note, all_cpus=self.topology().online)
+            resmgr.lock = lock
+            resmgr.restore(saved)
+            self.resmgr = resmgr
+            self.policy_name = name
+            self.relay.reconfigure(interceptors=resmgr.interceptors())
+
+    async def _reset_all(self, old: ResourceManager) -> None:
+        cpus = str(self.topology().online)
+        for c in old.cache:
+            if c.id and not c.released and self.enforcer is not None and not self.settings.dry_run:
+                self.enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus))
+
+    def _note(self, text: str) -> None:
+        if self.dumper is not None:
+            self.dumper.note(text)
+
+    async def close(self) -> None:
+        if self.enforcer is not None:
+            await self.enforcer.close()
+        if self.dumper is not None:
+            self.dumper.close()
+            self.dumper = None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,105 @@
+"""What a policy sees and decides. No I/O: topology, allocation state and a
+container in; resources for that container and for the others it changed out."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology import Topology
+
+
+class QoS(str, enum.Enum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BESTEFFORT = "BestEffort"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One container as a policy sees it."""
+
+    key: str  # stable identity (the container id)
+    namespace: str
+    pod: str
+    name: str
+    qos: QoS
+    cpu_request: int = 0  # milli-CPU
+    cpu_limit: int | None = None  # milli-CPU, None when unlimited
+    memory_request: int = 0  # bytes
+    memory_limit: int | None = None  # bytes
+    # Effective annotations (cri-resource-manager.intel.com/...); None: not given.
+    prefer_isolated: bool | None = None
+    prefer_shared: bool | None = None
+    prefer_reserved: bool = False
+    system: bool = False  # in a reserved namespace (kube-system by default)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}:{self.name}"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A container's allocation as remembered across restarts."""
+
+    pool: str  # "shared", "reserved", "isolated"...: where its non-exclusive part runs
+    exclusive: CPUSet = field(default_factory=CPUSet)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pool": self.pool, "exclusive": str(self.exclusive)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Assignment":
+        return cls(pool=str(data["pool"]), exclusive=CPUSet.parse(str(data.get("exclusive", ""))))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a policy sets on a container; fields left None are not owned."""
+
+    cpuset_cpus: CPUSet
+    cpuset_mems: str | None = None
+
+
+@dataclass
+class Decision:
+    resources: Resources | None = None  # for the container asked about
+    others: dict[str, Resources] = field(default_factory=dict)  # key -> new resources
+    # Set when the policy could not honour a request but placed the container
+    # anyway (e.g. too few free CPUs for exclusive ones: it runs shared).
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """Everything a policy is built from."""
+
+    topology: Topology
+    available: CPUSet  # CPUs the policy may use at all
+    reserved: CPUSet  # CPUs for system (kube-system) work, a subset of available
+    options: Mapping[str, Any] = field(default_factory=dict)  # the policy's own config section
+
+
+class Policy(Protocol):
+    def allocate(self, workload: Workload) -> Decision:
+        """Places a new container. Raises PolicyError on what it cannot decide."""
+
+    def release(self, key: str) -> Decision:
+        """Frees a container's CPUs; unknown keys are a no-op (empty decision)."""
+
+    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+        """Rebuilds state after a restart or a policy switch. Items with an
+        assignment keep it when it is still valid; the rest are placed anew.
+        The decision's `others` holds the resources of EVERY restored container."""
+
+    def resources(self, key: str) -> Resources | None:
+        """The current resources of a known container."""
+
+    def assignments(self) -> Mapping[str, Assignment]:
+        """The state to persist."""
+
+
+class PolicyError(Exception):
+    pass

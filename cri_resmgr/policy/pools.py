@@ -1,0 +1,323 @@
+"""Bookkeeping shared by the CPU-pool policies (static, static-plus).
+
+A container is a *member* of the book in one of four ways:
+
+* SHARED: runs on the shared pool, so its cpuset follows the pool;
+* MIXED: runs on its exclusive CPUs plus the shared pool (static-plus,
+  fractional requests), so it follows the pool too;
+* EXCLUSIVE: runs on its exclusive CPUs only; never changes;
+* RESERVED: runs on the reserved CPUs; never changes.
+
+When the shared pool changes, every SHARED and MIXED member's cpuset
+changes (exclusive sets are disjoint from the pool, so a MIXED member's
+union changes whenever the pool does), and `set_shared` reports exactly
+those.  All SHARED members get the very same Resources object: with a
+thousand shared containers a pool update is one `dict.fromkeys`.
+
+`PoolPolicy` is the part of the two policies that does not depend on their
+placement rules: release, restore, and the queries.  Policies are plain
+objects with no locking: the caller serializes calls on one policy.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from cri_resmgr.cpuset import CPUSet, format_cpulist
+from cri_resmgr.policy.api import Assignment, Decision, PolicyError, Resources, Workload
+from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.topology import Topology
+
+__all__ = [
+    "Kind", "Member", "MemsOf", "Book", "PoolPolicy", "duplicate_keys", "option_bool", "check_options",
+    "POOL_SHARED", "POOL_RESERVED", "POOL_EXCLUSIVE", "POOL_ISOLATED",
+]
+
+# Assignment.pool values: where a container's non-exclusive part runs, or,
+# for containers without one, where its exclusive CPUs came from.
+POOL_SHARED = "shared"  # the shared pool (plus exclusive CPUs, if any)
+POOL_RESERVED = "reserved"  # the reserved CPUs
+POOL_EXCLUSIVE = "exclusive"  # only exclusive CPUs taken from the shared pool
+POOL_ISOLATED = "isolated"  # only exclusive CPUs taken from the isolated pool
+
+
+class Kind(enum.Enum):
+    SHARED = "shared"
+    MIXED = "mixed"
+    EXCLUSIVE = "exclusive"
+    RESERVED = "reserved"
+
+
+@dataclass(slots=True)
+class Member:
+    kind: Kind
+    pool: str
+    exclusive: CPUSet
+    # Fixed for EXCLUSIVE/RESERVED, kept current for MIXED, None for SHARED
+    # (those read the book's one shared Resources).
+    resources: Resources | None = None
+
+
+class MemsOf:
+    """cpuset_mems for a cpuset: the NUMA nodes of its CPUs, kernel list syntax."""
+
+    _LIMIT = 4096  # distinct cpusets remembered; bounded so churn cannot grow it
+
+    def __init__(self, topology: Topology) -> None:
+        self._node_of = {cpu: info.node for cpu, info in topology.cpus.items()}
+        self._by_cpus: dict[frozenset[int], frozenset[int]] = {}
+        self._text: dict[frozenset[int], str] = {}
+
+    def nodes(self, cpus: CPUSet) -> frozenset[int]:
+        key = cpus.as_frozenset()
+        nodes = self._by_cpus.get(key)
+        if nodes is None:
+            node_of = self._node_of
+            nodes = frozenset(node_of[c] for c in key)
+            if len(self._by_cpus) >= self._LIMIT:
+                self._by_cpus.clear()
+            self._by_cpus[key] = nodes
+        return nodes
+
+    def text(self, nodes: frozenset[int]) -> str:
+        text = self._text.get(nodes)
+        if text is None:
+            text = format_cpulist(nodes)
+            self._text[nodes] = text  # at most 2^nodes entries, in practice few
+        return text
+
+    def __call__(self, cpus: CPUSet) -> str:
+        return self.text(self.nodes(cpus))
+
+    def resources(self, cpus: CPUSet) -> Resources:
+        return Resources(cpuset_cpus=cpus, cpuset_mems=self(cpus))
+
+
+class Book:
+    """Who runs where, the shared pool's current CPUs, and the exclusive CPUs in use."""
+
+    def __init__(self, topology: Topology, shared: CPUSet, reserved: CPUSet) -> None:
+        self.mems = MemsOf(topology)
+        self.members: dict[str, Member] = {}
+        # Ordered sets (dicts with None values) so reports are deterministic.
+        self._shared_keys: dict[str, None] = {}
+        self._mixed_keys: dict[str, None] = {}
+        self.used: CPUSet = CPUSet()  # all exclusive CPUs of all members
+        self.shared = shared
+        self.shared_resources = self.mems.resources(shared)
+        self.reserved_resources = self.mems.resources(reserved) if reserved else None
+
+    # -- queries -------------------------------------------------------------------
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.members
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def resources(self, key: str) -> Resources | None:
+        member = self.members.get(key)
+        if member is None:
+            return None
+        if member.kind is Kind.SHARED:
+            return self.shared_resources
+        return member.resources
+
+    def assignments(self) -> dict[str, Assignment]:
+        return {k: Assignment(pool=m.pool, exclusive=m.exclusive) for k, m in self.members.items()}
+
+    # -- changes ---------------------------------------------------------------------
+
+    def add(self, key: str, kind: Kind, pool: str, exclusive: CPUSet = CPUSet()) -> Resources:
+        """Record a member; returns its resources. Exclusive CPUs must be free."""
+        if kind is Kind.SHARED:
+            resources = None
+            self._shared_keys[key] = None
+        elif kind is Kind.RESERVED:
+            resources = self.reserved_resources
+            if resources is None:
+                raise ValueError("no reserved CPUs to place a container on")
+        elif kind is Kind.EXCLUSIVE:
+            resources = self.mems.resources(exclusive)
+        else:
+            resources = self._mixed_resources(exclusive)
+            self._mixed_keys[key] = None
+        if exclusive:
+            if not self.used.isdisjoint(exclusive):
+                raise ValueError(f"CPUs {self.used & exclusive} are already exclusive")
+            self.used = self.used | exclusive
+        member = Member(kind, pool, exclusive, resources)
+        self.members[key] = member
+        return self.shared_resources if resources is None else resources
+
+    def remove(self, key: str) -> Member | None:
+        member = self.members.pop(key, None)
+        if member is None:
+            return None
+        self._shared_keys.pop(key, None)
+        self._mixed_keys.pop(key, None)
+        if member.exclusive:
+            self.used = self.used - member.exclusive
+        return member
+
+    def set_shared(self, shared: CPUSet, others: dict[str, Resources] | None = None) -> None:
+        """Change the shared pool; put every member whose cpuset changed in `others`."""
+        if shared == self.shared:
+            return
+        self.shared = shared
+        self.shared_resources = res = self.mems.resources(shared)
+        if others is not None and self._shared_keys:
+            others.update(dict.fromkeys(self._shared_keys, res))
+        members = self.members
+        for key in self._mixed_keys:
+            member = members[key]
+            member.resources = self._mixed_resources(member.exclusive)
+            if others is not None:
+                others[key] = member.resources
+
+    def report_all(self, keys: Iterable[str], others: dict[str, Resources]) -> None:
+        for key in keys:
+            res = self.resources(key)
+            if res is not None:
+                others[key] = res
+
+    def clear(self, shared: CPUSet) -> None:
+        self.members.clear()
+        self._shared_keys.clear()
+        self._mixed_keys.clear()
+        self.used = CPUSet()
+        self.shared = shared
+        self.shared_resources = self.mems.resources(shared)
+
+    def _mixed_resources(self, exclusive: CPUSet) -> Resources:
+        mems = self.mems
+        cpus = exclusive | self.shared
+        nodes = mems.nodes(exclusive) | mems.nodes(self.shared)
+        return Resources(cpuset_cpus=cpus, cpuset_mems=mems.text(nodes))
+
+
+def duplicate_keys(keys: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    dups: list[str] = []
+    for key in keys:
+        if key in seen:
+            dups.append(key)
+        seen.add(key)
+    return dups
+
+
+def option_bool(options: Mapping[str, object], name: str, section: str, default: bool = False) -> bool:
+    """A boolean policy option; accepts YAML booleans and 'true'/'false' strings."""
+    value = options.get(name, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigValueError(f"policy.{section}.{name}: expected true or false, got {value!r}")
+
+
+def check_options(options: Mapping[str, object], known: Iterable[str], section: str) -> None:
+    """Reject unknown option names, so a typo does not silently mean the default."""
+    known = tuple(known)
+    for name in options:
+        if name not in known:
+            raise ConfigValueError(
+                f"policy.{section}.{name}: unknown option (known: {', '.join(known) or 'none'})"
+            )
+
+
+class PoolPolicy:
+    """What static and static-plus share: the book, release, restore, queries.
+
+    A subclass sets `_book`, `_base_shared` (the shared pool with no exclusive
+    CPUs taken) and `_reserved`, and implements `allocate` and `_valid`.
+    """
+
+    name = "pool"
+    _book: Book
+    _base_shared: CPUSet
+    _reserved: CPUSet
+
+    def allocate(self, workload: Workload) -> Decision:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _valid(self, workload: Workload, assignment: Assignment) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+    def _check_new(self, workload: Workload) -> None:
+        if workload.key in self._book:
+            raise PolicyError(
+                f"{self.name}: container {workload.key} ({workload}) is already placed; release it first"
+            )
+
+    def _take_from_shared(self, cpus: CPUSet, others: dict[str, Resources]) -> None:
+        self._book.set_shared(self._book.shared - cpus, others)
+
+    def release(self, key: str) -> Decision:
+        member = self._book.remove(key)
+        if member is None:
+            return Decision()
+        others: dict[str, Resources] = {}
+        back = member.exclusive & self._base_shared
+        if back:
+            self._book.set_shared(self._book.shared | back, others)
+        return Decision(others=others)
+
+    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+        dups = duplicate_keys(w.key for w, _ in items)
+        if dups:
+            raise PolicyError(f"{self.name}: restore lists containers more than once: {', '.join(dups)}")
+        book = self._book
+        book.clear(self._base_shared)
+        pending: list[Workload] = []
+        for workload, assignment in items:
+            if assignment is not None and self._valid(workload, assignment):
+                self._keep(workload.key, assignment)
+            else:
+                pending.append(workload)
+        book.set_shared(self._base_shared - book.used)
+        warnings = []
+        for workload in pending:
+            decision = self.allocate(workload)
+            if decision.warning:
+                warnings.append(decision.warning)
+        others: dict[str, Resources] = {}
+        book.report_all((w.key for w, _ in items), others)
+        return Decision(others=others, warning="; ".join(warnings) or None)
+
+    def _keep(self, key: str, assignment: Assignment) -> None:
+        """Record a validated saved assignment as is (the shared pool is set afterwards)."""
+        pool, exclusive = assignment.pool, assignment.exclusive
+        if pool == POOL_RESERVED:
+            kind = Kind.RESERVED
+        elif not exclusive:
+            kind = Kind.SHARED
+        elif pool == POOL_SHARED:
+            kind = Kind.MIXED
+        else:
+            kind = Kind.EXCLUSIVE
+        self._book.add(key, kind, pool, exclusive)
+
+    def _exclusive_fits(self, exclusive: CPUSet, allowed: CPUSet) -> bool:
+        """Saved exclusive CPUs are allowed, not double-booked, and leave the shared pool non-empty."""
+        book = self._book
+        if not exclusive.issubset(allowed) or not exclusive.isdisjoint(book.used):
+            return False
+        return bool(self._base_shared - book.used - exclusive)
+
+    def resources(self, key: str) -> Resources | None:
+        return self._book.resources(key)
+
+    def assignments(self) -> Mapping[str, Assignment]:
+        return self._book.assignments()
+
+    # Introspection for tests, benchmarks and diagnostics.
+    @property
+    def shared(self) -> CPUSet:
+        return self._book.shared
+
+    @property
+    def reserved(self) -> CPUSet:
+        return self._reserved

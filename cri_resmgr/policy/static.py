@@ -1,0 +1,119 @@
+"""The `static` policy: kubelet's CPU manager static policy, as a decision module.
+
+* A Guaranteed container with an integer CPU request (a positive multiple of
+  1000 milli-CPU) gets that many exclusive CPUs, picked by the CPUAllocator
+  from the available CPUs minus the reserved and the already exclusive
+  ones, unless it prefers shared CPUs (prefer_shared=True).
+* Every other container runs on the shared pool: the available CPUs minus
+  all exclusive ones.  Reserved CPUs stay in the shared pool and are never
+  handed out as exclusive (kubelet's default).
+* Option `StrictReservation: true` keeps the reserved CPUs for system work
+  only (kubelet's strict-cpu-reservation): the shared pool then also
+  excludes them.
+* A system container (or one with prefer_reserved) that does not get
+  exclusive CPUs runs on the reserved CPUs, when there are any.
+* When too few CPUs are free for an exclusive request, the container runs
+  on the shared pool (reserved CPUs for system ones) and the decision
+  carries a warning.  The shared pool always keeps at least one CPU.
+"""
+
+from __future__ import annotations
+
+from cri_resmgr.cpuallocator import CPUAllocator
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload, QoS
+from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.pools import (
+    POOL_EXCLUSIVE, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options, option_bool,
+)
+
+__all__ = ["StaticPolicy", "NAME", "DESCRIPTION", "OPTIONS", "exclusive_cpus_wanted"]
+
+NAME = "static"
+DESCRIPTION = "kubelet CPU manager static policy: exclusive CPUs for integer Guaranteed containers"
+OPTIONS = ("StrictReservation",)
+
+
+def exclusive_cpus_wanted(workload: Workload) -> int:
+    """How many exclusive CPUs kubelet's static policy would give the container."""
+    request = workload.cpu_request
+    if (
+        workload.qos is QoS.GUARANTEED
+        and request > 0
+        and request % 1000 == 0
+        and workload.prefer_shared is not True
+    ):
+        return request // 1000
+    return 0
+
+
+class StaticPolicy(PoolPolicy):
+    name = NAME
+
+    def __init__(self, context: PolicyContext) -> None:
+        check_options(context.options, OPTIONS, NAME)
+        self._strict = option_bool(context.options, "StrictReservation", NAME)
+        available, reserved = context.available, context.reserved
+        if not reserved.issubset(available):
+            raise ConfigValueError(
+                f"policy.ReservedResources.CPU: CPUs {reserved - available} are not available ({available})"
+            )
+        self._available = available
+        self._reserved = reserved
+        # CPUs exclusive allocations may come from (minus those in use).
+        self._assignable = available - reserved
+        self._base_shared = self._assignable if self._strict else available
+        if not self._base_shared:
+            raise ConfigValueError(
+                f"policy.{NAME}.StrictReservation: all available CPUs ({available}) are reserved; "
+                "no shared pool left"
+            )
+        self._allocator = CPUAllocator(context.topology)
+        self._book = Book(context.topology, self._base_shared, reserved)
+
+    @property
+    def strict(self) -> bool:
+        return self._strict
+
+    def allocate(self, workload: Workload) -> Decision:
+        self._check_new(workload)
+        book = self._book
+        n = exclusive_cpus_wanted(workload)
+        warning = None
+        if n:
+            free = self._assignable - book.used
+            # Never the shared pool's last CPU: shared containers need one.
+            if n <= len(free) and n < len(book.shared):
+                cpus = self._allocator.allocate(free, n)
+                others: dict[str, Resources] = {}
+                self._take_from_shared(cpus, others)
+                return Decision(book.add(workload.key, Kind.EXCLUSIVE, POOL_EXCLUSIVE, cpus), others)
+            warning = (
+                f"{NAME}: {workload} ({workload.key}) wants {n} exclusive CPUs but only "
+                f"{min(len(free), len(book.shared) - 1)} can be given; "
+                f"running it on the {self._fallback_pool(workload)} CPUs"
+            )
+        pool = self._fallback_pool(workload)
+        kind = Kind.RESERVED if pool == POOL_RESERVED else Kind.SHARED
+        return Decision(book.add(workload.key, kind, pool), warning=warning)
+
+    def _fallback_pool(self, workload: Workload) -> str:
+        if (workload.system or workload.prefer_reserved) and self._reserved:
+            return POOL_RESERVED
+        return POOL_SHARED
+
+    def _valid(self, workload: Workload, assignment: Assignment) -> bool:
+        n = exclusive_cpus_wanted(workload)
+        exclusive = assignment.exclusive
+        if n == 0 or not exclusive:
+            # A container that wanted exclusive CPUs but ran shared (too few
+            # free then) is placed anew: there may be enough now.
+            return n == 0 and not exclusive and assignment.pool == self._fallback_pool(workload)
+        return (
+            assignment.pool == POOL_EXCLUSIVE
+            and len(exclusive) == n
+            and self._exclusive_fits(exclusive, self._assignable)
+        )
+
+
+def factory(context: PolicyContext) -> StaticPolicy:
+    return StaticPolicy(context)

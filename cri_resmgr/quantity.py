@@ -1,0 +1,64 @@
+"""Kubernetes resource quantities ("500m", "2.5", "64Mi", "1G", "1e3").
+
+Grammar (k8s.io/apimachinery resource.Quantity):
+    <sign><digits>[.<digits>]<suffix>, suffix one of
+    binary  Ki Mi Gi Ti Pi Ei
+    decimal n u m "" k M G T P E
+    exponent e<signed int> / E<signed int>
+Values are computed exactly (fractions) and rounded up, as Kubernetes'
+MilliValue()/Value() do.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+__all__ = ["parse_quantity", "parse_cpu_milli", "parse_bytes"]
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(.*)")
+_EXPONENT = re.compile(r"[eE]([+-]?\d+)")
+
+
+def parse_quantity(text: str | int | float) -> Fraction:
+    """The exact value of a quantity; ValueError naming `text` if malformed."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    # YAML turns "cpu: 1" into an int; str() of an int or float is valid syntax.
+    m = _QUANTITY.fullmatch(text if isinstance(text, str) else str(text))
+    if not m:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    sign, number, suffix = m.groups()
+    value = Fraction(number)
+    if suffix in _BINARY:
+        value *= _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        value *= _DECIMAL[suffix]
+    else:
+        e = _EXPONENT.fullmatch(suffix)
+        if not e or abs(int(e.group(1))) > 100:
+            raise ValueError(f"not a Kubernetes quantity: {text!r} (bad suffix {suffix!r})")
+        value *= Fraction(10) ** int(e.group(1))
+    return -value if sign == "-" else value
+
+
+def _ceil_non_negative(value: Fraction, text: object, what: str) -> int:
+    if value < 0:
+        raise ValueError(f"{what} must not be negative: {text!r}")
+    return -((-value.numerator) // value.denominator)
+
+
+def parse_cpu_milli(text: str | int | float) -> int:
+    """CPU quantity in millicores, rounded up: "500m" -> 500, "2.5" -> 2500."""
+    return _ceil_non_negative(parse_quantity(text) * 1000, text, "CPU quantity")
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """Memory quantity in bytes, rounded up: "64Mi" -> 67108864, "1G" -> 10**9."""
+    return _ceil_non_negative(parse_quantity(text), text, "memory quantity")

@@ -1,0 +1,273 @@
+"""The hardware topology as plain immutable data plus the queries policies need.
+
+Nothing here reads files: `discovery.discover` builds a Topology from sysfs,
+tests and benchmarks may build one directly from CPU and node records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+from cri_resmgr.cpuset import CPUSet
+
+__all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey"]
+
+# A physical core: core_id is only unique within a (package, die), so the
+# triple is the identity.
+CoreKey = tuple[int, int, int]
+
+DEFAULT_LOCAL_DISTANCE = 10
+DEFAULT_REMOTE_DISTANCE = 20
+
+
+class TopologyError(ValueError):
+    """The topology data is inconsistent or cannot be read."""
+
+
+@dataclass(frozen=True)
+class CPUInfo:
+    """One online logical CPU (hardware thread)."""
+
+    id: int
+    package: int
+    die: int
+    core: int  # core_id as the kernel reports it: unique within package/die only
+    node: int
+    siblings: CPUSet  # online threads of the same physical core, this one included
+
+    @property
+    def core_key(self) -> CoreKey:
+        return (self.package, self.die, self.core)
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node; `cpus` is empty for memory-only nodes (e.g. PMEM, CXL)."""
+
+    id: int
+    cpus: CPUSet
+    memory_kb: int
+    # node id -> distance as in node*/distance; includes the node itself.
+    distances: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def memory_only(self) -> bool:
+        return not self.cpus
+
+    def distance(self, other: int) -> int:
+        if other == self.id:
+            return self.distances.get(other, DEFAULT_LOCAL_DISTANCE)
+        return self.distances.get(other, DEFAULT_REMOTE_DISTANCE)
+
+
+class Topology:
+    """Online CPUs grouped by package, die, NUMA node and core.
+
+    All group queries return CPUSets of *online* CPUs. Ids are whatever the
+    hardware reports; nothing assumes they are contiguous or that thread
+    siblings have adjacent ids.
+    """
+
+    def __init__(
+        self,
+        cpus: Iterable[CPUInfo],
+        nodes: Iterable[NumaNode],
+        offline: Iterable[int] = (),
+        isolated: Iterable[int] = (),
+    ) -> None:
+        by_id: dict[int, CPUInfo] = {}
+        for info in cpus:
+            if info.id in by_id:
+                raise TopologyError(f"CPU {info.id} listed twice")
+            by_id[info.id] = info
+        node_by_id: dict[int, NumaNode] = {}
+        for node in nodes:
+            if node.id in node_by_id:
+                raise TopologyError(f"NUMA node {node.id} listed twice")
+            node_by_id[node.id] = node
+        if not by_id:
+            raise TopologyError("topology has no online CPUs")
+
+        self._cpus = MappingProxyType(dict(sorted(by_id.items())))
+        self._nodes = MappingProxyType(dict(sorted(node_by_id.items())))
+        self._online = CPUSet(by_id)
+        self._offline = CPUSet(offline)
+        if not self._online.isdisjoint(self._offline):
+            raise TopologyError(
+                f"CPUs {self._online & self._offline} are both online and offline"
+            )
+        self._isolated = CPUSet(isolated) & self._online
+
+        self._check_nodes()
+        self._packages = _group(by_id.values(), lambda c: c.package)
+        self._dies = _group(by_id.values(), lambda c: (c.package, c.die))
+        self._cores = _group(by_id.values(), lambda c: c.core_key)
+        self._node_cpus = {nid: n.cpus for nid, n in self._nodes.items()}
+        self._check_siblings()
+
+    def _check_nodes(self) -> None:
+        for info in self._cpus.values():
+            node = self._nodes.get(info.node)
+            if node is None:
+                raise TopologyError(f"CPU {info.id} is in unknown NUMA node {info.node}")
+            if info.id not in node.cpus:
+                raise TopologyError(
+                    f"CPU {info.id} claims NUMA node {info.node} whose cpulist is {node.cpus}"
+                )
+        for node in self._nodes.values():
+            stray = node.cpus - self._online
+            if stray:
+                raise TopologyError(f"NUMA node {node.id} lists CPUs {stray} that are not online")
+
+    def _check_siblings(self) -> None:
+        for info in self._cpus.values():
+            if info.id not in info.siblings:
+                raise TopologyError(f"CPU {info.id} is missing from its own siblings {info.siblings}")
+            if info.siblings != self._cores[info.core_key]:
+                raise TopologyError(
+                    f"CPU {info.id}: siblings {info.siblings} differ from the CPUs of core "
+                    f"package={info.package} die={info.die} core_id={info.core} "
+                    f"({self._cores[info.core_key]})"
+                )
+
+    # -- CPU sets --------------------------------------------------------------
+
+    @property
+    def online(self) -> CPUSet:
+        return self._online
+
+    @property
+    def offline(self) -> CPUSet:
+        return self._offline
+
+    @property
+    def isolated(self) -> CPUSet:
+        """Online CPUs the kernel keeps out of scheduling (isolcpus)."""
+        return self._isolated
+
+    @property
+    def cpus(self) -> Mapping[int, CPUInfo]:
+        """Online CPU id -> CPUInfo, ascending ids."""
+        return self._cpus
+
+    def cpu(self, cpu: int) -> CPUInfo:
+        try:
+            return self._cpus[cpu]
+        except KeyError:
+            raise KeyError(f"CPU {cpu} is not an online CPU of this topology") from None
+
+    def siblings(self, cpu: int) -> CPUSet:
+        """Online hardware threads sharing cpu's core, cpu included."""
+        return self.cpu(cpu).siblings
+
+    def threads_per_core(self) -> int:
+        """The largest number of online threads in any core."""
+        return max(len(c) for c in self._cores.values())
+
+    # -- packages / dies / cores -------------------------------------------------
+
+    def package_ids(self) -> tuple[int, ...]:
+        return tuple(self._packages)
+
+    def package_cpus(self, package: int) -> CPUSet:
+        return _lookup(self._packages, package, "package")
+
+    def package_of(self, cpu: int) -> int:
+        return self.cpu(cpu).package
+
+    def die_ids(self, package: int) -> tuple[int, ...]:
+        _lookup(self._packages, package, "package")
+        return tuple(d for p, d in self._dies if p == package)
+
+    def die_cpus(self, package: int, die: int) -> CPUSet:
+        return _lookup(self._dies, (package, die), "die")
+
+    def core_keys(self) -> tuple[CoreKey, ...]:
+        """All physical cores, ordered by their lowest CPU id."""
+        return tuple(sorted(self._cores, key=lambda k: self._cores[k].min()))
+
+    def cores(self) -> tuple[CPUSet, ...]:
+        """Each physical core's online threads, ordered by lowest CPU id."""
+        return tuple(self._cores[k] for k in self.core_keys())
+
+    def core_cpus(self, package: int, core: int, die: int | None = None) -> CPUSet:
+        """Threads of core_id `core` in `package` (and `die` when dies repeat core ids)."""
+        if die is not None:
+            return _lookup(self._cores, (package, die, core), "core")
+        matches = [cpus for (p, _, c), cpus in self._cores.items() if p == package and c == core]
+        if not matches:
+            raise KeyError(f"no core {core} in package {package}")
+        if len(matches) > 1:
+            raise KeyError(f"core_id {core} repeats across dies of package {package}; pass die=")
+        return matches[0]
+
+    # -- NUMA ----------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> Mapping[int, NumaNode]:
+        """Node id -> NumaNode, including memory-only nodes, ascending ids."""
+        return self._nodes
+
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(self._nodes)
+
+    def cpu_node_ids(self) -> tuple[int, ...]:
+        """Nodes that have online CPUs."""
+        return tuple(nid for nid, n in self._nodes.items() if n.cpus)
+
+    def memory_only_node_ids(self) -> tuple[int, ...]:
+        return tuple(nid for nid, n in self._nodes.items() if not n.cpus)
+
+    def node_cpus(self, node: int) -> CPUSet:
+        return _lookup(self._node_cpus, node, "NUMA node")
+
+    def node_of(self, cpu: int) -> int:
+        return self.cpu(cpu).node
+
+    def nodes_of(self, cpus: Iterable[int]) -> tuple[int, ...]:
+        """Distinct nodes of the given CPUs, ascending."""
+        return tuple(sorted({self.cpu(c).node for c in cpus}))
+
+    def package_node_ids(self, package: int) -> tuple[int, ...]:
+        """CPU nodes with at least one CPU in `package`."""
+        cpus = self.package_cpus(package)
+        return tuple(nid for nid, n in self._nodes.items() if not n.cpus.isdisjoint(cpus))
+
+    def distance(self, a: int, b: int) -> int:
+        return _lookup(self._nodes, a, "NUMA node").distance(b)
+
+    def nodes_by_distance(self, node: int) -> tuple[int, ...]:
+        """All nodes ordered by distance from `node` (itself first), ties by id."""
+        origin = _lookup(self._nodes, node, "NUMA node")
+        return tuple(sorted(self._nodes, key=lambda other: (origin.distance(other), other != node, other)))
+
+    def closest_memory_only_nodes(self, node: int) -> tuple[int, ...]:
+        """Memory-only nodes nearest to `node` (all at the minimal distance)."""
+        origin = _lookup(self._nodes, node, "NUMA node")
+        candidates = self.memory_only_node_ids()
+        if not candidates:
+            return ()
+        best = min(origin.distance(m) for m in candidates)
+        return tuple(m for m in candidates if origin.distance(m) == best)
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology(online={self._online}, packages={len(self._packages)}, "
+            f"dies={len(self._dies)}, cores={len(self._cores)}, nodes={len(self._nodes)})"
+        )
+
+
+def _group(cpus: Iterable[CPUInfo], key) -> dict:
+    groups: dict = {}
+    for info in cpus:
+        groups.setdefault(key(info), set()).add(info.id)
+    return {k: CPUSet(groups[k]) for k in sorted(groups)}
+
+
+def _lookup(mapping: Mapping, key, what: str):
+    try:
+        return mapping[key]
+    except KeyError:
+        raise KeyError(f"unknown {what} {key!r}") from None

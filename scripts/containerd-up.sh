@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Starts a throwaway containerd with everything under DIR (config, root, state,
+# socket DIR/containerd.sock, runc root, logs, pid file) and imports the locally
+# built busybox and pause images. Never touches the machine's own containerd.
+#
+#   scripts/containerd-up.sh DIR [--cgroup-root /crirm-xyz]... [--snapshotter native]
+#
+# Prints the socket path. Stop it with scripts/containerd-down.sh DIR.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$repo/.venv/bin/python}
+[ -x "$python" ] || { echo "containerd-up: $python missing; run 'make deps' (or set PYTHON)" >&2; exit 1; }
+[ $# -ge 1 ] || { echo "usage: $0 DIR [--cgroup-root PATH]... [--snapshotter NAME] [--timeout SECONDS]" >&2; exit 2; }
+dir=$1; shift
+PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m cri_resmgr.testing.containerd up "$dir" "$@"
