@@ -1,0 +1,211 @@
+"""Policies through the real relay process, against the real containerd, checked in
+the real cgroup files and /proc/PID/status. This machine has 2 CPUs: reserve 1,
+give 1 exclusive."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.testing import cgroupfs
+from cri_resmgr.testing.kubelet import Kubelet
+from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
+from cri_resmgr.testing.relayproc import RelayProcess
+from cri_resmgr.topology import discover
+
+ONLINE = discover("/").online
+pytestmark = pytest.mark.skipif(len(ONLINE) < 2, reason="needs at least 2 online CPUs")
+ALL = str(ONLINE)
+RESERVED = str(CPUSet([ONLINE.min()]))  # the allocator takes the first CPU of the machine
+EXCLUSIVE = str(CPUSet([ONLINE.sorted()[1]])) if len(ONLINE) == 2 else None
+
+
+@pytest.fixture
+def workdir():
+    d = Path(tempfile.mkdtemp(prefix="crirm-pc-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _config(workdir: Path, text: str) -> Path:
+    p = workdir / "config.yaml"
+    p.write_text(text)
+    return p
+
+
+STATIC = "policy:\n  Active: static\n  ReservedResources:\n    CPU: 1\n"
+
+
+def besteffort(name):
+    return PodSpec(name=name, containers=[ContainerSpec(name="c")])
+
+
+def guaranteed(name, cpu="1"):
+    res = {"cpu": cpu, "memory": "32Mi"}
+    return PodSpec(name=name, containers=[ContainerSpec(name="c", requests=res, limits=res)])
+
+
+def cpuset_of(k: Kubelet, cid: str) -> str:
+    return k.cgroup_files(cid).cpuset_cpus()
+
+
+def allowed_of(k: Kubelet, cid: str) -> str:
+    return cgroupfs.cpus_allowed_list(k.container_pid(cid))
+
+
+def wait_cpuset(k: Kubelet, cid: str, want: str, timeout: float = 20.0) -> None:
+    """Unsolicited updates are asynchronous: wait (bounded) until they land."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got, allowed = cpuset_of(k, cid), allowed_of(k, cid)
+        if CPUSet(got) == CPUSet(want) and CPUSet(allowed) == CPUSet(want):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"container {cid[:12]}: cpuset {got}, Cpus_allowed_list {allowed}, want {want}")
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(len(ONLINE) != 2, reason="the scenario is written for the 2-CPU machines")
+def test_static_exclusive_cpu_shrinks_and_grows_shared_with_kill9_restarts(containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        shared = k.start_pod(besteffort("shared"))
+        a = shared.container_ids["c"]
+        wait_cpuset(k, a, ALL)
+
+        excl = k.start_pod(guaranteed("exclusive"))
+        g = excl.container_ids["c"]
+        wait_cpuset(k, g, EXCLUSIVE)
+        wait_cpuset(k, a, RESERVED)  # the shared pool shrank to the reserved CPU
+
+        relay.kill()  # crash between steps
+        relay.start()
+        state = json.loads((Path(relay.state_dir) / "state.json").read_text())
+        assert state["policy"] == "static"
+        assert any(v["exclusive"] == EXCLUSIVE for v in state["assignments"].values())
+
+        # After the restart the exclusive CPU is still taken: a second Guaranteed
+        # container must not get it (no double booking); it runs shared.
+        second = k.start_pod(guaranteed("second"))
+        g2 = second.container_ids["c"]
+        wait_cpuset(k, g2, RESERVED)
+        wait_cpuset(k, g, EXCLUSIVE)
+        wait_cpuset(k, a, RESERVED)
+
+        relay.kill()
+        relay.start()
+        k.delete_pod(excl)  # the exclusive CPU goes back to the shared pool
+        wait_cpuset(k, a, ALL)
+        wait_cpuset(k, g2, ALL)
+        state = json.loads((Path(relay.state_dir) / "state.json").read_text())
+        assert all(v["exclusive"] == "" for v in state["assignments"].values()), state["assignments"]
+
+        k.delete_pod(shared)
+        k.delete_pod(second)
+        state = json.loads((Path(relay.state_dir) / "state.json").read_text())
+        assert state["assignments"] == {} and state["containers"] == {}, "allocations leaked"
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()
+
+
+def test_container_exiting_on_its_own_releases_its_cpu(containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        shared = k.start_pod(besteffort("watcher"))
+        a = shared.container_ids["c"]
+        pod = guaranteed("crasher")
+        pod.containers[0].command = ["/bin/sh", "-c", "sleep 1; exit 3"]
+        h = k.start_pod(pod)
+        wait_cpuset(k, a, RESERVED)
+        time.sleep(1.5)
+        # kubelet notices exits through ListContainers; so does the relay.
+        k.list_containers()
+        wait_cpuset(k, a, ALL)
+        k.delete_pod(h)
+        k.delete_pod(shared)
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()
+
+
+def test_dry_run_decides_but_changes_nothing(containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    dump = workdir / "dump.txt"
+    relay = RelayProcess(workdir, str(containerd.socket),
+                         ["-force-config", str(cfg), "-dry-run", "-dump", "name:CreateContainer",
+                          "-dump-file", str(dump)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        shared = k.start_pod(besteffort("dry-shared"))
+        excl = k.start_pod(guaranteed("dry-excl"))
+        time.sleep(1)
+        assert CPUSet(cpuset_of(k, excl.container_ids["c"])) == ONLINE
+        assert CPUSet(cpuset_of(k, shared.container_ids["c"])) == ONLINE
+        assert f"would set default/dry-excl:c: cpuset {EXCLUSIVE or ''}" in relay.log()
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()
+    assert "dry-run: would set" in dump.read_text()
+
+
+def test_corrupt_state_file_is_moved_aside_and_relay_serves(containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)])
+    Path(relay.state_dir).mkdir(parents=True)
+    (Path(relay.state_dir) / "state.json").write_text("{not json")
+    relay.start()
+    try:
+        with Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods") as k:
+            h = k.start_pod(guaranteed("after-corruption"))
+            wait_cpuset(k, h.container_ids["c"], EXCLUSIVE or ALL)
+            k.delete_pod(h)
+        assert "is unusable" in relay.log()
+        assert list(Path(relay.state_dir).glob("state.json.bad-*"))
+    finally:
+        relay.stop()
+
+
+def test_bad_annotation_is_logged_and_ignored(containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    try:
+        with Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods") as k:
+            pod = guaranteed("bad-annotation")
+            pod.annotations["cri-resource-manager.intel.com/prefer-shared-cpus"] = "perhaps"
+            pod.annotations["intel.com/resources"] = "{broken"
+            h = k.start_pod(pod)
+            wait_cpuset(k, h.container_ids["c"], EXCLUSIVE or ALL)
+            k.delete_pod(h)
+        log = relay.log()
+        assert "default/bad-annotation:c: ignoring annotation cri-resource-manager.intel.com/prefer-shared-cpus" in log
+        assert "ignoring annotation intel.com/resources" in log
+    finally:
+        relay.stop()
+
+
+def test_prefer_shared_annotation_keeps_guaranteed_container_shared(containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    try:
+        with Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods") as k:
+            pod = guaranteed("prefers-shared")
+            pod.annotations["cri-resource-manager.intel.com/prefer-shared-cpus/container.c"] = "true"
+            h = k.start_pod(pod)
+            wait_cpuset(k, h.container_ids["c"], ALL)
+            k.delete_pod(h)
+    finally:
+        relay.stop()
