@@ -22,8 +22,10 @@ bench: deps
 protos: deps
 	bash scripts/gen-protos.sh
 
+# Test images (busybox, pause) as an OCI tarball; container images where a build tool works.
 images:
 	bash scripts/build-images.sh
+	bash scripts/container-images.sh
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
