@@ -12,7 +12,7 @@ from cri_resmgr.config import ConfigError
 from cri_resmgr.config_service import ConfigServer
 from cri_resmgr.control import ControlSettings, Controller
 from cri_resmgr.criapi import MethodTable
-from cri_resmgr.dump import Dumper, Level, parse_specs
+from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.relay import Relay
 from cri_resmgr.upstream import Upstream
@@ -48,18 +48,6 @@ def validate(settings: Settings) -> None:
                        ("config", settings.config_socket)):
         if path != DISABLED and sockets.strip_scheme(path) == relay:
             raise ValueError(f"the {name} socket and the relay socket are the same path: {relay}")
-
-
-class DumpAdapter:
-    """Presents the dumper to the relay as the small DumpSink it needs."""
-
-    def __init__(self, dumper: Dumper):
-        self._level = dumper.level
-        self.request = dumper.request
-        self.reply = dumper.reply
-
-    def wants(self, path: str) -> bool:
-        return self._level(path) is not Level.OFF
 
 
 class _ConfigApplier:

@@ -20,6 +20,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.cache import Cache
 from cri_resmgr.config import Config, ConfigError, parse_document, parse_modules
 from cri_resmgr.enforce import Enforcer
+from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.resmgr import Options, ResourceManager
 from cri_resmgr.topology import Topology, discover
@@ -144,8 +145,6 @@ class Controller:
                       json.dumps(config.policy.sections.get(info.name, {}), sort_keys=True, default=str),
                       config.policy.reserved_namespaces, config.policy.fail_closed)
         if info.factory is not None and policy_key != self._policy_key:
-            from cri_resmgr.policy.context import build_context
-
             try:
                 context = build_context(self.topology(), available=config.policy.available_cpu,
                                         reserved=config.policy.reserved_cpu,
@@ -172,7 +171,7 @@ class Controller:
         if new_dumper is not self.dumper:
             old = self.dumper
             self.dumper = new_dumper
-            self.relay.reconfigure(dumper=self._dump_sink(new_dumper), set_dumper=True)
+            self.relay.reconfigure(dumper=new_dumper, set_dumper=True)
             if old is not None:
                 old.close()
         if self._set_debug:
@@ -186,12 +185,6 @@ class Controller:
             return (list(d.specs), d.file, d.format, not d.unredacted)
         s = self.settings
         return (list(s.dump_specs), s.dump_file, s.dump_format, not s.dump_unredacted)
-
-    def _dump_sink(self, dumper):
-        if dumper is None:
-            return None
-        from cri_resmgr.app import DumpAdapter
-        return DumpAdapter(dumper)
 
     def topology(self) -> Topology:
         if self._topology is None:

@@ -59,6 +59,10 @@ class Dumper:
         """How to dump calls of a gRPC path; decided once per path, then a dict lookup."""
         return self.rules.level(path)
 
+    def wants(self, path: str) -> bool:
+        """Whether calls of this path are dumped at all (the relay's question)."""
+        return self.rules.level(path) is not Level.OFF
+
     @property
     def enabled(self) -> bool:
         """False when no rule could ever dump anything; the relay may skip the dumper."""

@@ -1,0 +1,107 @@
+"""The cri-resmgr command line as a user meets it: the installed console script."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cri_resmgr.options import OptionFileError, expand_config, read_option_file
+
+
+def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    exe = shutil.which("cri-resmgr") or sys.executable
+    cmd = [exe, *args] if exe != sys.executable else [exe, "-m", "cri_resmgr.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-bogus"], "no such option: -bogus"),
+    (["--bogus=1"], "no such option: --bogus"),
+    (["-policy", "nope"], "unknown policy 'nope'"),
+    (["-policy"], "-policy"),
+    (["-dump", "full:["], "invalid regular expression '['"),
+    (["-dump", "loud:.*"], "loud"),
+    (["-dump-format", "xml"], "xml"),
+    (["-config", "/nonexistent/opts"], "cannot read option file /nonexistent/opts"),
+    (["-force-config", "/nonexistent/cfg.yaml"], "cannot read /nonexistent/cfg.yaml"),
+    (["-runtime-socket", "-", "-image-socket", "-"], "nothing to relay"),
+    (["-relay-socket", "/tmp/x.sock", "-runtime-socket", "unix:///tmp/x.sock"], "same path"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = run(*args)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("cri-resmgr: error: ")
+    assert message in lines[0]
+
+
+def test_bad_config_file_names_the_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("policy:\n  Active: static\n  ReservedResources: {CPUS: 1}\n")
+    r = run("-force-config", str(cfg), "-print-config")
+    assert r.returncode == 2
+    assert "policy.ReservedResources.CPUS: unknown key" in r.stderr
+    cfg.write_text("policy: [unclosed\n")
+    r = run("-force-config", str(cfg), "-print-config")
+    assert r.returncode == 2 and "invalid YAML" in r.stderr and "line" in r.stderr
+
+
+def test_help_and_list_policies():
+    r = run("-h")
+    assert r.returncode == 0 and "-relay-socket" in r.stdout and "-dump" in r.stdout
+    r = run("-list-policies")
+    assert r.returncode == 0
+    names = [line.split()[0] for line in r.stdout.splitlines()]
+    assert names == ["none", "static", "static-plus"]
+    assert "alias: null" in r.stdout
+
+
+def test_print_config_shows_the_seed_example(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("policy: {Active: static, ReservedResources: {CPU: 1}}\n")
+    r = run("-force-config", str(cfg), "-print-config")
+    assert r.returncode == 0, r.stderr
+    assert f"source: {cfg}" in r.stdout
+    assert "Active: static" in r.stdout and "CPU: 1" in r.stdout
+
+
+def test_option_file_provides_flags_and_command_line_wins(tmp_path):
+    opts = tmp_path / "opts"
+    opts.write_text("# comment\npolicy static\n\ndump=name:.*\nlogger-debug\n")
+    assert read_option_file(str(opts)) == ["-policy", "static", "-dump", "name:.*", "-logger-debug"]
+    assert expand_config(["-policy", "none", "-config", str(opts)]) == [
+        "-policy", "static", "-dump", "name:.*", "-logger-debug", "-policy", "none"]
+    r = run("-config", str(opts), "-policy", "none", "-print-config")
+    assert r.returncode == 0, r.stderr
+    assert "Active: none" in r.stdout
+
+
+def test_option_file_errors(tmp_path):
+    opts = tmp_path / "opts"
+    opts.write_text("policy static\n!!! what\n")
+    with pytest.raises(OptionFileError, match=r"opts:2: cannot parse '!!! what'"):
+        read_option_file(str(opts))
+    opts.write_text("config other\n")
+    with pytest.raises(OptionFileError, match="cannot include another"):
+        read_option_file(str(opts))
+    r = run("-config", str(opts))
+    assert r.returncode == 2 and "cannot include another" in r.stderr
+
+
+def test_unknown_flag_in_option_file_is_reported(tmp_path):
+    opts = tmp_path / "opts"
+    opts.write_text("polcy static\n")
+    r = run("-config", str(opts))
+    assert r.returncode == 2 and "no such option: -polcy" in r.stderr
+
+
+def test_runtime_wait_timeout_fails_clearly(tmp_path):
+    r = run("-policy", "null", "-relay-socket", str(tmp_path / "r.sock"),
+            "-runtime-socket", str(tmp_path / "missing.sock"), "-config-socket", "-",
+            "-runtime-wait-timeout", "1")
+    assert r.returncode == 1
+    assert f"runtime at {tmp_path / 'missing.sock'} not ready after 1s" in r.stderr
