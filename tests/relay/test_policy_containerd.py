@@ -209,3 +209,31 @@ def test_prefer_shared_annotation_keeps_guaranteed_container_shared(containerd, 
             k.delete_pod(h)
     finally:
         relay.stop()
+
+
+@pytest.mark.skipif(len(ONLINE) != 2, reason="the scenario is written for the 2-CPU machines")
+def test_sighup_rereads_forced_config_and_keeps_it_when_broken(containerd, cgroup_root, workdir):
+    import signal
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        a = k.start_pod(besteffort("hup-shared")).container_ids["c"]
+        g = k.start_pod(guaranteed("hup-excl")).container_ids["c"]
+        wait_cpuset(k, a, RESERVED)
+        cfg.write_text("policy: {Active: static, Bogus: 1}\n")
+        relay.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "SIGHUP: keeping the current configuration" not in relay.log():
+            assert time.monotonic() < deadline, relay.log()
+            time.sleep(0.1)
+        assert "policy.Bogus: unknown key" in relay.log()
+        wait_cpuset(k, g, EXCLUSIVE)  # still in force
+        cfg.write_text("policy: {Active: none}\n")
+        relay.signal(signal.SIGHUP)
+        wait_cpuset(k, a, ALL)  # switching to none gives every container all CPUs back
+        wait_cpuset(k, g, ALL)
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()
