@@ -7,7 +7,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 
-from cri_resmgr import sockets
+from cri_resmgr import metrics, sockets
 from cri_resmgr.config import ConfigError
 from cri_resmgr.config_service import ConfigServer
 from cri_resmgr.control import ControlSettings, Controller
@@ -35,6 +35,7 @@ class Settings:
     dump_format: str = "human"
     dump_redact: bool = True
     runtime_wait_timeout: float | None = None
+    metrics_address: str = ""
     control: ControlSettings = field(default_factory=ControlSettings)
 
 
@@ -44,6 +45,10 @@ def validate(settings: Settings) -> None:
     if settings.runtime_socket == DISABLED and settings.image_socket == DISABLED:
         raise ValueError("both the runtime and the image service are disabled ('-'): nothing to relay")
     relay = sockets.strip_scheme(settings.relay_socket)
+    if settings.metrics_address:
+        host, sep, port = settings.metrics_address.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"-metrics-address {settings.metrics_address!r}: expected HOST:PORT")
     for name, path in (("runtime", settings.runtime_socket), ("image", settings.image_socket),
                        ("config", settings.config_socket)):
         if path != DISABLED and sockets.strip_scheme(path) == relay:
@@ -135,6 +140,11 @@ async def run(settings: Settings, registry: Registry) -> int:
         await relay.stop(0)
         await controller.close()
         return 1
+    if settings.metrics_address:
+        try:
+            metrics.serve(controller, settings.metrics_address)
+        except OSError as e:
+            log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
     log.info("policy %s active", controller.policy_name)
     await stop.wait()
     log.info("shutting down")

@@ -60,6 +60,8 @@ def _opt(name: str, **kw):
       help="Refuse configurations that change the active policy while running.")
 @_opt("runtime-wait-timeout", type=float, default=None, metavar="SECONDS",
       help="Give up if the runtime is not ready in this time (default: wait forever).")
+@_opt("metrics-address", default="", metavar="HOST:PORT",
+      help="Serve Prometheus metrics on this address (e.g. 127.0.0.1:8891); default: off.")
 @_opt("config", default=None, metavar="FILE",
       help="Option file: these options, one per line, without leading dashes.")
 @_opt("logger-debug", is_flag=True, help="Log at debug level.")
@@ -105,6 +107,7 @@ def command(**kw) -> None:
         dump_format=kw["dump_format"],
         dump_redact=not kw["dump_unredacted"],
         runtime_wait_timeout=kw["runtime_wait_timeout"],
+        metrics_address=kw["metrics_address"],
         control=control,
     )
     try:

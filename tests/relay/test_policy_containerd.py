@@ -237,3 +237,25 @@ def test_sighup_rereads_forced_config_and_keeps_it_when_broken(containerd, cgrou
         k.delete_all_pods()
         k.close()
         relay.stop()
+
+
+def test_metrics_endpoint(containerd, cgroup_root, workdir):
+    import socket as socketlib
+    import urllib.request
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket),
+                         ["-force-config", str(cfg), "-metrics-address", f"127.0.0.1:{port}"]).start()
+    try:
+        with Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods") as k:
+            k.start_pod(besteffort("metered"))
+            k.start_pod(guaranteed("metered-excl"))
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            k.delete_all_pods()
+        assert 'cri_resmgr_policy_active{policy="static"} 1.0' in text
+        assert "cri_resmgr_policy_decisions_total 2.0" in text
+        assert "cri_resmgr_containers 2.0" in text
+    finally:
+        relay.stop()
