@@ -105,8 +105,12 @@ class Cache:
     # -- persistence ------------------------------------------------------------
 
     def save(self, policy: str, assignments: Mapping[str, Assignment]) -> None:
+        self.write(self.snapshot(policy, assignments))
+
+    def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> bytes | None:
+        """The state as bytes, taken where the cache is owned (the event loop)."""
         if self.path is None:
-            return
+            return None
         data = {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -116,11 +120,17 @@ class Cache:
             "containers": {c.key: _container_json(c) for c in self.containers.values() if c.id},
             "assignments": {k: a.to_json() for k, a in assignments.items()},
         }
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    def write(self, data: bytes | None) -> None:
+        """Write, fsync, rename: a crash leaves the old file or the new one. Safe off-loop."""
+        if self.path is None or data is None:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

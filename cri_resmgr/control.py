@@ -197,6 +197,7 @@ class Controller:
             if old is not None:
                 async with old.lock:
                     await self._reset_all(old)
+                old.retire()
             self.resmgr = None
             self.policy_name = name
             self.relay.reconfigure(interceptors={})
@@ -220,6 +221,8 @@ class Controller:
             resmgr = ResourceManager(name, policy, cache, self.enforcer, options,
                                      note=self._note, all_cpus=self.topology().online)
             resmgr.lock = lock
+            if old is not None:
+                old.retire()
             resmgr.restore(saved)
             self.resmgr = resmgr
             self.policy_name = name
@@ -236,6 +239,8 @@ class Controller:
             self.dumper.note(text)
 
     async def close(self) -> None:
+        if self.resmgr is not None:
+            await self.resmgr.close()
         if self.enforcer is not None:
             await self.enforcer.close()
         if self.dumper is not None:

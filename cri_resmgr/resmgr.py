@@ -27,6 +27,11 @@ from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
 log = logging.getLogger(__name__)
 
 EXITED = pb.ContainerState.CONTAINER_EXITED
+# Saves are coalesced: at most one state write per this many seconds, written
+# and fsynced off the event loop, so kubelet's calls never wait on the disk.
+# A crash in between loses nothing that matters: start-up discovery adopts
+# containers the saved state does not know.
+SAVE_DELAY = 0.1
 
 
 @dataclass
@@ -63,6 +68,8 @@ class ResourceManager:
         self._note = note
         self._applied = _Applied()
         self._all_cpus = all_cpus
+        self._dirty = False
+        self._save_task: asyncio.Task | None = None
 
     # -- the interception table ---------------------------------------------------
 
@@ -311,10 +318,40 @@ class ResourceManager:
         return pod
 
     def _save(self) -> None:
+        """Marks the state dirty and makes sure a deferred save will run (lock held)."""
+        self._dirty = True
+        if self._save_task is None or self._save_task.done():
+            self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(SAVE_DELAY)
+        while self._dirty:
+            self._dirty = False
+            data = self.cache.snapshot(self.policy_name, self.policy.assignments())
+            try:
+                await asyncio.to_thread(self.cache.write, data)
+            except OSError as e:
+                log.error("cannot save state to %s: %s", self.cache.path, e)
+
+    def save_now(self) -> None:
+        self._dirty = False
         try:
             self.cache.save(self.policy_name, self.policy.assignments())
         except OSError as e:
             log.error("cannot save state to %s: %s", self.cache.path, e)
+
+    def retire(self) -> None:
+        """Replaced by another manager (policy switch): its pending save must not
+        overwrite the successor's state."""
+        if self._save_task is not None:
+            self._save_task.cancel()
+        self._dirty = False
+
+    async def close(self) -> None:
+        """Writes what is pending (clean shutdown)."""
+        if self._save_task is not None and not self._save_task.done():
+            self._save_task.cancel()
+        self.save_now()
 
     # -- start-up and reconfiguration --------------------------------------------------
 
@@ -330,7 +367,7 @@ class ResourceManager:
         decision = self.policy.restore(items)
         self._applied.resources.clear()
         self._sync(set(decision.others))
-        self._save()
+        self.save_now()  # before serving: the file on disk matches what is in force
 
 
 def _apply(linux: pb.LinuxContainerResources, r: Resources) -> None:

@@ -59,6 +59,19 @@ def allowed_of(k: Kubelet, cid: str) -> str:
     return cgroupfs.cpus_allowed_list(k.container_pid(cid))
 
 
+def wait_state(relay: RelayProcess, ok, timeout: float = 10.0) -> dict:
+    """State is saved shortly after a change (coalesced): wait for it, bounded."""
+    path = Path(relay.state_dir) / "state.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        state = json.loads(path.read_text())
+        if ok(state):
+            return state
+        if time.monotonic() > deadline:
+            pytest.fail(f"state file never satisfied the check: {state}")
+        time.sleep(0.05)
+
+
 def wait_cpuset(k: Kubelet, cid: str, want: str, timeout: float = 20.0) -> None:
     """Unsolicited updates are asynchronous: wait (bounded) until they land."""
     deadline = time.monotonic() + timeout
@@ -105,13 +118,11 @@ def test_static_exclusive_cpu_shrinks_and_grows_shared_with_kill9_restarts(conta
         k.delete_pod(excl)  # the exclusive CPU goes back to the shared pool
         wait_cpuset(k, a, ALL)
         wait_cpuset(k, g2, ALL)
-        state = json.loads((Path(relay.state_dir) / "state.json").read_text())
-        assert all(v["exclusive"] == "" for v in state["assignments"].values()), state["assignments"]
+        wait_state(relay, lambda s: all(v["exclusive"] == "" for v in s["assignments"].values()))
 
         k.delete_pod(shared)
         k.delete_pod(second)
-        state = json.loads((Path(relay.state_dir) / "state.json").read_text())
-        assert state["assignments"] == {} and state["containers"] == {}, "allocations leaked"
+        wait_state(relay, lambda s: s["assignments"] == {} and s["containers"] == {})  # nothing leaked
     finally:
         k.delete_all_pods()
         k.close()
