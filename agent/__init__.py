@@ -1,0 +1,1 @@
+"""cri-resmgr-agent: the node agent that configures the relay from the cluster's ConfigMaps."""

@@ -83,9 +83,7 @@ class Controller:
                 return parse_modules(saved, "last agent configuration", names)
             except ConfigError as e:
                 log.error("ignoring the saved agent configuration: %s", e)
-        if s.fallback_config:
-            return parse_document(_read(s.fallback_config), s.fallback_config, names)
-        return Config()
+        return self._without_agent()
 
     def _saved_agent_config(self) -> dict[str, str] | None:
         try:
@@ -108,13 +106,24 @@ class Controller:
             return (f"configuration is forced from {self.settings.force_config} (-force-config); "
                     "agent configuration ignored")
         try:
-            config = parse_modules(modules, source, self.registry.names())
-            await self.apply(config)
+            if modules:
+                await self.apply(parse_modules(modules, source, self.registry.names()))
+            else:  # no ConfigMap applies to this node: what the relay uses without an agent
+                await self.apply(self._without_agent())
         except ConfigError as e:
             log.error("rejected configuration from %s: %s", source, e)
             return str(e)
-        _write_json(self.agent_config_path, modules)
+        if modules:
+            _write_json(self.agent_config_path, modules)
+        else:
+            self.agent_config_path.unlink(missing_ok=True)
         return None
+
+    def _without_agent(self) -> Config:
+        s = self.settings
+        if s.fallback_config:
+            return parse_document(_read(s.fallback_config), s.fallback_config, self.registry.names())
+        return Config()
 
     async def reload_forced(self) -> None:
         """SIGHUP: re-read -force-config; a bad file keeps the current configuration."""

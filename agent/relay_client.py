@@ -1,0 +1,56 @@
+"""The agent's client of the relay's Config service."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import grpc
+
+from cri_resmgr._proto import config_pb2, config_pb2_grpc
+
+
+class RelayUnavailable(Exception):
+    """The relay did not answer (not running, or restarting)."""
+
+
+class RelayConfigClient:
+    def __init__(self, socket_path: str, timeout: float = 30.0) -> None:
+        self.socket_path = socket_path
+        self._timeout = timeout
+        self._channel: grpc.Channel | None = None
+
+    def set_config(self, node_name: str, data: Mapping[str, str], source: str,
+                   resource_version: str = "") -> str | None:
+        """Returns the relay's rejection reason, or None when it accepted the configuration."""
+        request = config_pb2.SetConfigRequest(node_name=node_name, data=dict(data), source=source,
+                                              resource_version=resource_version)
+        return self._call("SetConfig", request).error or None
+
+    def get_config(self) -> dict[str, str]:
+        return dict(self._call("GetConfig", config_pb2.GetConfigRequest()).data)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def _call(self, method: str, request):
+        if not os.path.exists(self.socket_path):
+            raise RelayUnavailable(f"no config socket at {self.socket_path}")
+        if self._channel is None:
+            # A local subchannel pool: otherwise a new channel inherits the shared
+            # subchannel's reconnect backoff and keeps failing after the relay is back.
+            self._channel = grpc.insecure_channel(f"unix://{os.path.abspath(self.socket_path)}",
+                                                  options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = config_pb2_grpc.ConfigStub(self._channel)
+        try:
+            return getattr(stub, method)(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                # A fresh channel next time: a failed one waits out gRPC's own
+                # reconnect backoff (up to minutes) before trying again.
+                self.close()
+                raise RelayUnavailable(f"relay on {self.socket_path}: {exc.details()}") from None
+            raise
