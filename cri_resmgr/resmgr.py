@@ -102,24 +102,23 @@ class ResourceManager:
 
     async def _stop_pod(self, req: Request) -> pb.StopPodSandboxResponse:
         reply = await req.forward(req.message)
-        async with self.lock:
-            changed = set()
-            for c in self.cache.of_pod(req.message.pod_sandbox_id):
-                changed |= self._release(c)
-            self._sync(changed)
-            self._save()
+        await self._release_pod(req.message.pod_sandbox_id, remove=False)
         return reply
 
     async def _remove_pod(self, req: Request) -> pb.RemovePodSandboxResponse:
         reply = await req.forward(req.message)
+        await self._release_pod(req.message.pod_sandbox_id, remove=True)
+        return reply
+
+    async def _release_pod(self, pod_id: str, remove: bool) -> None:
         async with self.lock:
-            changed = set()
-            for c in self.cache.of_pod(req.message.pod_sandbox_id):
+            changed: set[str] = set()
+            for c in self.cache.of_pod(pod_id):
                 changed |= self._release(c)
-            self.cache.remove_pod(req.message.pod_sandbox_id)
+            if remove:
+                self.cache.remove_pod(pod_id)
             self._sync(changed)
             self._save()
-        return reply
 
     # -- containers ---------------------------------------------------------------
 

@@ -87,6 +87,11 @@ class _Handlers(grpc.GenericRpcHandler):
             return grpc.unary_unary_rpc_method_handler(slow)
         if name == V1 + "GetContainerEvents":
             return grpc.unary_stream_rpc_method_handler(events)
+        async def total(requests, ctx):
+            return str(sum([len(r) async for r in requests])).encode()
+
+        if name == "/test.Sum/Total":
+            return grpc.stream_unary_rpc_method_handler(total)
         if name == "/test.Big/List":
             return grpc.unary_unary_rpc_method_handler(big)
         if name.startswith("/runtime.v1.RuntimeService/Unknown"):

@@ -95,9 +95,11 @@ def _error(address, path, data=b""):
 def test_unknown_method_gets_containerds_own_answer(relay, containerd):
     path = "/runtime.v1.RuntimeService/NoSuchMethodYet"
     direct = _error("unix://" + str(containerd.socket), path, b"\x0a\x03abc")
-    relayed = _error(relay.address, path, b"\x0a\x03abc")
-    assert relayed == direct
     assert direct[0] == grpc.StatusCode.UNIMPLEMENTED
+    # Repeated: grpcio's aio stream-stream client once turned this into
+    # INTERNAL on a fraction of calls.
+    relayed = {_error(relay.address, path, b"\x0a\x03abc") for _ in range(25)}
+    assert relayed == {direct}
 
 
 def test_unimplemented_cri_methods_come_back_as_is(relay, containerd):

@@ -72,6 +72,11 @@ def test_unknown_method_relayed_as_raw_bytes_with_trailing_metadata(setup):
     assert ("x-echo-len", "9") in call.trailing_metadata()
 
 
+def test_unknown_client_streaming_method_relays_every_message(setup):
+    reply = setup.channel.stream_unary("/test.Sum/Total")(iter([b"ab", b"cde", b"f"]))
+    assert reply == b"6"
+
+
 def test_upstream_error_keeps_code_details_and_trailers(setup):
     with pytest.raises(grpc.RpcError) as e:
         setup.call(V1 + "ContainerStatus", pb.ContainerStatusRequest(container_id="abc").SerializeToString())
