@@ -7,6 +7,8 @@ import logging
 import signal
 from dataclasses import dataclass, field
 
+import yaml
+
 from cri_resmgr import metrics, sockets
 from cri_resmgr.config import ConfigError
 from cri_resmgr.config_service import ConfigServer
@@ -65,7 +67,6 @@ class _ConfigApplier:
         return await self._c.apply_agent(data, source)
 
     def current(self) -> dict[str, str]:
-        import yaml
         if self._c.config is None:
             return {}
         return {k: yaml.safe_dump(v, sort_keys=False) for k, v in self._c.config.to_document().items()}

@@ -227,8 +227,7 @@ class Controller:
                 await discovery.discover(self.runtime, cache, config.policy.reserved_namespaces)
             options = Options(dry_run=self.settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
-            resmgr = ResourceManager(name, policy, cache, self.enforcer, options,
-                                     note=self._note, all_cpus=self.topology().online)
+            resmgr = ResourceManager(name, policy, cache, self.enforcer, options, note=self._note)
             resmgr.lock = lock
             if old is not None:
                 old.retire()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import grpc
@@ -19,7 +19,6 @@ from google.protobuf import json_format
 from cri_resmgr import classify
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.cpuset import CPUSet
 from cri_resmgr.enforce import Enforcer
 from cri_resmgr.intercept import InterceptError, Interceptor, Request
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
@@ -48,16 +47,9 @@ class Stats:
     decisions: int = 0
 
 
-@dataclass
-class _Applied:
-    # What the runtime was last told for each container key.
-    resources: dict[str, Resources] = field(default_factory=dict)
-
-
 class ResourceManager:
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
-                 options: Options | None = None, note: Callable[[str], None] | None = None,
-                 all_cpus: CPUSet | None = None):
+                 options: Options | None = None, note: Callable[[str], None] | None = None):
         self.policy_name = policy_name
         self.policy = policy
         self.cache = cache
@@ -66,8 +58,7 @@ class ResourceManager:
         self.stats = Stats()
         self.lock = asyncio.Lock()
         self._note = note
-        self._applied = _Applied()
-        self._all_cpus = all_cpus
+        self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
         self._dirty = False
         self._save_task: asyncio.Task | None = None
 
@@ -161,7 +152,7 @@ class ResourceManager:
                     self._would(w, decision.resources)
                 else:
                     _apply(res, decision.resources)
-                    self._applied.resources[key] = decision.resources
+                    self._applied[key] = decision.resources
             record.resources = json_format.MessageToDict(res, preserving_proto_field_name=True)
             changed |= set(decision.others)
         try:
@@ -261,7 +252,7 @@ class ResourceManager:
             changed = self._release(c)
             if drop:
                 self.cache.remove_container(c.key)
-                self._applied.resources.pop(c.key, None)
+                self._applied.pop(c.key, None)
             self._sync(changed)
             self._save()
 
@@ -271,7 +262,7 @@ class ResourceManager:
         if c.released:
             return set()
         c.released = True
-        self._applied.resources.pop(c.key, None)
+        self._applied.pop(c.key, None)
         return set(self.policy.release(c.key).others)
 
     def _sync(self, keys: set[str]) -> None:
@@ -281,12 +272,12 @@ class ResourceManager:
             if c is None or not c.id or c.released:
                 continue
             target = self.policy.resources(key)
-            if target is None or self._applied.resources.get(key) == target:
+            if target is None or self._applied.get(key) == target:
                 continue
             if self.options.dry_run:
                 self._would(c.workload, target)
                 continue
-            self._applied.resources[key] = target
+            self._applied[key] = target
             if self.enforcer is not None:
                 linux = json_format.ParseDict(c.resources, pb.LinuxContainerResources(),
                                               ignore_unknown_fields=True)
@@ -364,7 +355,7 @@ class ResourceManager:
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
         decision = self.policy.restore(items)
-        self._applied.resources.clear()
+        self._applied.clear()
         self._sync(set(decision.others))
         self.save_now()  # before serving: the file on disk matches what is in force
 
