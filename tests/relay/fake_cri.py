@@ -25,6 +25,7 @@ class FakeCRI:
         self.pods: dict[str, pb.PodSandboxConfig] = {}
         self.containers: dict[str, dict] = {}  # id -> {pod, name, state, resources}
         self.updates = 0
+        self.fail_updates = 0  # fail this many UpdateContainerResources with UNAVAILABLE
         self._ids = itertools.count(1)
         self.server: grpc.aio.Server | None = None
 
@@ -154,6 +155,9 @@ class _Handlers(grpc.GenericRpcHandler):
                                                                     metadata=c["metadata"]))
 
     async def update(self, req, ctx):
+        if self.f.fail_updates > 0:
+            self.f.fail_updates -= 1
+            await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: runtime busy")
         c = self.f.containers.get(req.container_id)
         if c is None:
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container not found")

@@ -40,6 +40,10 @@ class Engine:
         self.loop.run(self.fake.start())
         self.registry = registry or default_registry()
         self.relay_sock = str(self.dir / "relay.sock")
+        self.start_relay(config)
+        self.kubelet = Kubelet("unix://" + self.relay_sock, cgroup_root="/crirm-fake-nonexistent/kubepods")
+
+    def start_relay(self, config: str) -> None:
         settings = ControlSettings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"))
 
         async def start():
@@ -52,7 +56,6 @@ class Engine:
             return relay, ctl
 
         self.relay, self.ctl = self.loop.run(start())
-        self.kubelet = Kubelet("unix://" + self.relay_sock, cgroup_root="/crirm-fake-nonexistent/kubepods")
 
     def flush(self) -> None:
         if self.ctl.enforcer is not None:
@@ -280,3 +283,42 @@ def test_live_switch_and_rejected_config_keep_state(engine_factory):
     e.loop.run(apply(STATIC))
     check_static_invariants(e, {"g"})
     assert len(CPUSet(e.fake.cpuset(g.container_ids["c"]))) == 2
+
+
+def test_failed_updates_are_retried_and_never_fail_kubelets_call(engine_factory):
+    e = engine_factory(dict(sockets=1, cores_per_die=4, threads_per_core=2), STATIC)
+    watcher = e.kubelet.start_pod(besteffort("watcher"))
+    e.fake.fail_updates = 2  # the shrink of the watcher's cpuset fails twice, then lands
+    e.kubelet.start_pod(guaranteed("g", "2"))  # kubelet's call succeeds regardless
+    check_static_invariants(e, {"g"})
+    assert e.fake.fail_updates == 0 and e.ctl.enforcer.sent >= 1
+    assert len(CPUSet(e.fake.cpuset(watcher.container_ids["c"]))) == 6
+
+
+def test_policy_switch_at_startup_reallocates_and_vanished_containers_are_dropped(engine_factory):
+    e = engine_factory(dict(sockets=1, cores_per_die=4, threads_per_core=2), STATIC)
+    keep = e.kubelet.start_pod(guaranteed("keep", "2"))
+    gone = e.kubelet.start_pod(guaranteed("gone", "2"))
+    shared = e.kubelet.start_pod(besteffort("s"))
+    check_static_invariants(e, {"keep", "gone"})
+    e.loop.run(e.relay.stop(1))
+    e.loop.run(e.ctl.close())
+    # While the relay is down, one pod disappears from the runtime.
+    e.loop.run(_remove_pod_directly(e.fake, gone.sandbox_id))
+    e.start_relay("policy: {Active: static-plus, ReservedResources: {CPU: 2}}\n")
+    e.flush()
+    assert e.ctl.policy_name == "static-plus"
+    keys = set(e.ctl.resmgr.policy.assignments())
+    assert not any(k.startswith(gone.sandbox_id) for k in keys)  # vanished: released, not restored
+    assert any(k.startswith(keep.sandbox_id) for k in keys)
+    keep_cpus = CPUSet(e.fake.cpuset(keep.container_ids["c"]))
+    shared_cpus = CPUSet(e.fake.cpuset(shared.container_ids["c"]))
+    assert len(keep_cpus) == 2 and keep_cpus.isdisjoint(shared_cpus)
+    assert shared_cpus == e.ctl.resmgr.policy.shared  # re-placed by static-plus's pools
+    assert keep_cpus.isdisjoint(e.ctl.resmgr.policy.reserved)
+
+
+async def _remove_pod_directly(fake, pod_id):
+    fake.pods.pop(pod_id, None)
+    for cid in [k for k, c in fake.containers.items() if c["pod"] == pod_id]:
+        del fake.containers[cid]
