@@ -12,7 +12,7 @@ import yaml
 
 from cri_resmgr import app
 from cri_resmgr.config_service import DEFAULT_CONFIG_SOCKET
-from cri_resmgr.control import ControlSettings, Controller
+from cri_resmgr.control import ControlSettings, initial_config
 from cri_resmgr.options import OptionFileError, expand_config
 from cri_resmgr.policy.registry import UnknownPolicy, default_registry
 
@@ -112,7 +112,7 @@ def command(**kw) -> None:
     )
     try:
         app.validate(settings)
-        config = Controller(control, registry, None, None, None).initial_config()
+        config = initial_config(control, registry)
     except ValueError as e:  # ConfigError and DumpSpecError are ValueErrors
         raise click.UsageError(str(e)) from None
     if kw["print_config"]:

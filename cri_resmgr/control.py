@@ -68,35 +68,10 @@ class Controller:
 
     @property
     def agent_config_path(self) -> Path:
-        return Path(self.settings.state_dir) / AGENT_CONFIG_FILE
+        return agent_config_path(self.settings)
 
     def initial_config(self) -> Config:
-        """-force-config, then the last accepted agent configuration, then
-        -fallback-config, then built-in defaults."""
-        names = self.registry.names()
-        s = self.settings
-        if s.force_config:
-            return parse_document(_read(s.force_config), s.force_config, names)
-        saved = self._saved_agent_config()
-        if saved is not None:
-            try:
-                return parse_modules(saved, "last agent configuration", names)
-            except ConfigError as e:
-                log.error("ignoring the saved agent configuration: %s", e)
-        return self._without_agent()
-
-    def _saved_agent_config(self) -> dict[str, str] | None:
-        try:
-            data = json.loads(self.agent_config_path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            log.error("cannot read %s: %s", self.agent_config_path, e)
-            return None
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            log.error("%s is not a saved agent configuration; ignoring it", self.agent_config_path)
-            return None
-        return data
+        return initial_config(self.settings, self.registry)
 
     # -- applying -------------------------------------------------------------------------
 
@@ -109,7 +84,7 @@ class Controller:
             if modules:
                 await self.apply(parse_modules(modules, source, self.registry.names()))
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
-                await self.apply(self._without_agent())
+                await self.apply(without_agent(self.settings, self.registry.names()))
         except ConfigError as e:
             log.error("rejected configuration from %s: %s", source, e)
             return str(e)
@@ -118,12 +93,6 @@ class Controller:
         else:
             self.agent_config_path.unlink(missing_ok=True)
         return None
-
-    def _without_agent(self) -> Config:
-        s = self.settings
-        if s.fallback_config:
-            return parse_document(_read(s.fallback_config), s.fallback_config, self.registry.names())
-        return Config()
 
     async def reload_forced(self) -> None:
         """SIGHUP: re-read -force-config; a bad file keeps the current configuration."""
@@ -254,6 +223,46 @@ class Controller:
         if self.dumper is not None:
             self.dumper.close()
             self.dumper = None
+
+
+def agent_config_path(settings: ControlSettings) -> Path:
+    return Path(settings.state_dir) / AGENT_CONFIG_FILE
+
+
+def initial_config(settings: ControlSettings, registry: Registry) -> Config:
+    """-force-config, then the last accepted agent configuration, then
+    -fallback-config, then built-in defaults."""
+    names = registry.names()
+    if settings.force_config:
+        return parse_document(_read(settings.force_config), settings.force_config, names)
+    saved = _saved_agent_config(agent_config_path(settings))
+    if saved is not None:
+        try:
+            return parse_modules(saved, "last agent configuration", names)
+        except ConfigError as e:
+            log.error("ignoring the saved agent configuration: %s", e)
+    return without_agent(settings, names)
+
+
+def without_agent(settings: ControlSettings, names: list[str]) -> Config:
+    """What is in force when no agent configuration applies."""
+    if settings.fallback_config:
+        return parse_document(_read(settings.fallback_config), settings.fallback_config, names)
+    return Config()
+
+
+def _saved_agent_config(path: Path) -> dict[str, str] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.error("cannot read %s: %s", path, e)
+        return None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        log.error("%s is not a saved agent configuration; ignoring it", path)
+        return None
+    return data
 
 
 def _read(path: str) -> str:

@@ -181,23 +181,22 @@ class ResourceManager:
         return reply
 
     async def _stop(self, req: Request) -> pb.StopContainerResponse:
-        try:
-            reply = await req.forward(req.message)
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                await self._released_by_id(req.message.container_id, drop=True)
-            raise
-        await self._released_by_id(req.message.container_id)
-        return reply
+        return await self._forward_then_release(req, drop=False)
 
     async def _remove(self, req: Request) -> pb.RemoveContainerResponse:
+        return await self._forward_then_release(req, drop=True)
+
+    async def _forward_then_release(self, req: Request, drop: bool):
+        """Releases the container's CPUs once the runtime has stopped or removed it;
+        a container the runtime no longer knows is dropped either way."""
+        container_id = req.message.container_id
         try:
             reply = await req.forward(req.message)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
-                await self._released_by_id(req.message.container_id, drop=True)
+                await self._released_by_id(container_id, drop=True)
             raise
-        await self._released_by_id(req.message.container_id, drop=True)
+        await self._released_by_id(container_id, drop=drop)
         return reply
 
     async def _update(self, req: Request) -> pb.UpdateContainerResourcesResponse:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from cri_resmgr.cpuset import CPUSet, format_cpulist
-from cri_resmgr.policy.api import Assignment, Decision, PolicyError, Resources, Workload
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.topology import Topology
 
@@ -226,6 +226,16 @@ def check_options(options: Mapping[str, object], known: Iterable[str], section: 
             raise ConfigValueError(
                 f"policy.{section}.{name}: unknown option (known: {', '.join(known) or 'none'})"
             )
+
+
+def checked_cpus(context: PolicyContext) -> tuple[CPUSet, CPUSet]:
+    """(available, reserved); a PolicyContext built by hand may skip build_context's checks."""
+    available, reserved = context.available, context.reserved
+    if not reserved.issubset(available):
+        raise ConfigValueError(
+            f"policy.ReservedResources.CPU: CPUs {reserved - available} are not available ({available})"
+        )
+    return available, reserved
 
 
 class PoolPolicy:

@@ -23,7 +23,7 @@ from cri_resmgr.cpuallocator import CPUAllocator
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload, QoS
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import (
-    POOL_EXCLUSIVE, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options, option_bool,
+    POOL_EXCLUSIVE, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options, checked_cpus, option_bool,
 )
 
 __all__ = ["StaticPolicy", "NAME", "DESCRIPTION", "OPTIONS", "exclusive_cpus_wanted"]
@@ -52,11 +52,7 @@ class StaticPolicy(PoolPolicy):
     def __init__(self, context: PolicyContext) -> None:
         check_options(context.options, OPTIONS, NAME)
         self._strict = option_bool(context.options, "StrictReservation", NAME)
-        available, reserved = context.available, context.reserved
-        if not reserved.issubset(available):
-            raise ConfigValueError(
-                f"policy.ReservedResources.CPU: CPUs {reserved - available} are not available ({available})"
-            )
+        available, reserved = checked_cpus(context)
         self._available = available
         self._reserved = reserved
         # CPUs exclusive allocations may come from (minus those in use).

@@ -28,7 +28,7 @@ from cri_resmgr.cpuset import CPUSet
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import (
-    POOL_EXCLUSIVE, POOL_ISOLATED, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options,
+    POOL_EXCLUSIVE, POOL_ISOLATED, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options, checked_cpus,
 )
 
 __all__ = ["StaticPlusPolicy", "NAME", "DESCRIPTION", "OPTIONS"]
@@ -43,11 +43,7 @@ class StaticPlusPolicy(PoolPolicy):
 
     def __init__(self, context: PolicyContext) -> None:
         check_options(context.options, OPTIONS, NAME)
-        available, reserved = context.available, context.reserved
-        if not reserved.issubset(available):
-            raise ConfigValueError(
-                f"policy.ReservedResources.CPU: CPUs {reserved - available} are not available ({available})"
-            )
+        available, reserved = checked_cpus(context)
         self._available = available
         self._reserved = reserved
         self._isolated = (context.topology.isolated & available) - reserved
