@@ -16,6 +16,7 @@ from cri_resmgr.control import ControlSettings, Controller
 from cri_resmgr.criapi import MethodTable
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.h2relay import FrameRelay
 from cri_resmgr.relay import Relay
 from cri_resmgr.upstream import Upstream
 
@@ -32,6 +33,7 @@ class Settings:
     runtime_socket: str = "/var/run/containerd/containerd.sock"
     image_socket: str = "/var/run/containerd/containerd.sock"
     config_socket: str = "/var/run/cri-resmgr/cri-resmgr-config.sock"
+    relay_transport: str = "auto"  # "h2", "grpc", or "auto": h2 when there is one upstream socket
     dump: list[str] = field(default_factory=list)
     dump_file: str | None = None
     dump_format: str = "human"
@@ -51,10 +53,29 @@ def validate(settings: Settings) -> None:
         host, sep, port = settings.metrics_address.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"-metrics-address {settings.metrics_address!r}: expected HOST:PORT")
+    if settings.relay_transport == "h2" and _separate_image_socket(settings):
+        raise ValueError("-relay-transport h2 relays to one socket, but the image socket "
+                         f"{settings.image_socket} differs from the runtime socket {settings.runtime_socket}; "
+                         "use -relay-transport grpc (or auto)")
     for name, path in (("runtime", settings.runtime_socket), ("image", settings.image_socket),
                        ("config", settings.config_socket)):
         if path != DISABLED and sockets.strip_scheme(path) == relay:
             raise ValueError(f"the {name} socket and the relay socket are the same path: {relay}")
+
+
+def _separate_image_socket(settings: Settings) -> bool:
+    return DISABLED not in (settings.runtime_socket, settings.image_socket) and \
+        sockets.strip_scheme(settings.runtime_socket) != sockets.strip_scheme(settings.image_socket)
+
+
+def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | None,
+               methods: MethodTable, primary: Upstream) -> Relay | FrameRelay:
+    """The transport: frames straight through when there is one upstream socket."""
+    if settings.relay_transport == "grpc" or _separate_image_socket(settings):
+        return Relay(settings.relay_socket, runtime, image, methods, interceptors={},
+                     socket_like=primary.path, runtime_enabled=runtime is not None)
+    return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
+                      runtime_enabled=runtime is not None, image_enabled=image is not None)
 
 
 class _ConfigApplier:
@@ -115,8 +136,7 @@ async def run(settings: Settings, registry: Registry) -> int:
     log.info("runtime %s %s (CRI %s) at %s", version.runtime_name, version.runtime_version,
              version.runtime_api_version, primary.path)
 
-    relay = Relay(settings.relay_socket, runtime, image, methods, interceptors={},
-                  socket_like=primary.path, runtime_enabled=runtime is not None)
+    relay = make_relay(settings, runtime, image, methods, primary)
 
     def make_dumper(specs, file, fmt, redact):
         return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods)

@@ -37,6 +37,9 @@ def _opt(name: str, **kw):
       help="Runtime service socket to relay to; '-' disables the runtime service.")
 @_opt("image-socket", default=None, metavar="PATH",
       help="Image service socket; default: the runtime socket; '-' disables the image service.")
+@_opt("relay-transport", type=click.Choice(["auto", "h2", "grpc"]), default="auto", show_default=True,
+      help="How calls are relayed: 'h2' passes HTTP/2 frames through (fast; one runtime socket), "
+           "'grpc' relays each call through gRPC; 'auto' is h2 unless the image socket is separate.")
 @_opt("dump", multiple=True, metavar="SPEC",
       help="Dump rules, e.g. 'reset,full:.*' or 'name:List.*,count:Version' (repeatable).")
 @_opt("dump-file", default=None, metavar="PATH", help="Write the dump here (mode 0600) instead of stderr.")
@@ -102,6 +105,7 @@ def command(**kw) -> None:
         runtime_socket=kw["runtime_socket"],
         image_socket=kw["image_socket"] if kw["image_socket"] is not None else kw["runtime_socket"],
         config_socket=kw["config_socket"],
+        relay_transport=kw["relay_transport"],
         dump=list(kw["dump"]),
         dump_file=kw["dump_file"],
         dump_format=kw["dump_format"],

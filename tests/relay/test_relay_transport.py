@@ -14,6 +14,7 @@ import pytest
 from cri_resmgr import sockets
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.criapi import MethodTable
+from cri_resmgr.h2relay import FrameRelay
 from cri_resmgr.relay import Relay
 from cri_resmgr.testing.loop import LoopThread
 from cri_resmgr.upstream import Upstream
@@ -25,8 +26,9 @@ V1A2 = "/runtime.v1alpha2.RuntimeService/"
 
 
 class Setup:
-    def __init__(self, tmp_path, interceptors=None, image=True):
+    def __init__(self, tmp_path, interceptors=None, image=True, transport="h2"):
         self.dir = tmp_path
+        self.transport = transport
         self.loop = LoopThread()
         self.runtime_sock = str(tmp_path / "runtime.sock")
         self.relay_sock = str(tmp_path / "run" / "relay.sock")
@@ -42,8 +44,12 @@ class Setup:
     def start_relay(self):
         async def make():
             up = Upstream(self.runtime_sock)
-            relay = Relay(self.relay_sock, up, up if self.image else None, MethodTable(),
-                          interceptors=self.interceptors, socket_like=self.runtime_sock)
+            if self.transport == "h2":
+                relay = FrameRelay(self.relay_sock, self.runtime_sock, MethodTable(), interceptors=self.interceptors,
+                                   socket_like=self.runtime_sock, image_enabled=self.image)
+            else:
+                relay = Relay(self.relay_sock, up, up if self.image else None, MethodTable(),
+                              interceptors=self.interceptors, socket_like=self.runtime_sock)
             await relay.start()
             return relay
         self.relay = self.loop.run(make())
@@ -59,9 +65,14 @@ class Setup:
         self.loop.close()
 
 
+@pytest.fixture(params=["h2", "grpc"])
+def transport(request):
+    return request.param
+
+
 @pytest.fixture
-def setup(tmp_path):
-    s = Setup(tmp_path)
+def setup(tmp_path, transport):
+    s = Setup(tmp_path, transport=transport)
     yield s
     s.close()
 
@@ -133,7 +144,7 @@ def test_large_messages_both_directions(setup):
     assert len(pb.ListContainersResponse.FromString(reply).containers) == 11000
 
 
-def test_intercepted_call_is_decoded_and_rewritten_for_both_versions(tmp_path):
+def test_intercepted_call_is_decoded_and_rewritten_for_both_versions(tmp_path, transport):
     seen = []
 
     async def create(req):
@@ -142,7 +153,7 @@ def test_intercepted_call_is_decoded_and_rewritten_for_both_versions(tmp_path):
         msg.config.linux.resources.cpuset_cpus = "0"
         return await req.forward(msg)
 
-    s = Setup(tmp_path, interceptors={"CreateContainer": create})
+    s = Setup(tmp_path, interceptors={"CreateContainer": create}, transport=transport)
     try:
         request = pb.CreateContainerRequest(pod_sandbox_id="pod1")
         for prefix in (V1, V1A2):
@@ -156,8 +167,8 @@ def test_intercepted_call_is_decoded_and_rewritten_for_both_versions(tmp_path):
         s.close()
 
 
-def test_disabled_image_service_answers_unimplemented(tmp_path):
-    s = Setup(tmp_path, image=False)
+def test_disabled_image_service_answers_unimplemented(tmp_path, transport):
+    s = Setup(tmp_path, image=False, transport=transport)
     try:
         with pytest.raises(grpc.RpcError) as e:
             s.call("/runtime.v1.ImageService/ListImages")
@@ -191,8 +202,8 @@ def test_live_socket_is_refused_and_stale_socket_replaced(setup, tmp_path):
         sockets.prepare(str(regular))
 
 
-def test_stop_removes_socket_and_finishes_in_flight_calls(tmp_path):
-    s = Setup(tmp_path)
+def test_stop_removes_socket_and_finishes_in_flight_calls(tmp_path, transport):
+    s = Setup(tmp_path, transport=transport)
     try:
         result = {}
 
@@ -214,8 +225,8 @@ def test_stop_removes_socket_and_finishes_in_flight_calls(tmp_path):
         s.close()
 
 
-def test_runtime_down_is_unavailable_then_recovers(tmp_path):
-    s = Setup(tmp_path)
+def test_runtime_down_is_unavailable_then_recovers(tmp_path, transport):
+    s = Setup(tmp_path, transport=transport)
     try:
         assert s.call(V1 + "Version", b"")
         s.loop.run(s.fake.stop())
