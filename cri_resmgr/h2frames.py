@@ -114,15 +114,21 @@ def status_message(value: bytes | None) -> str:
     return urllib.parse.unquote(value.decode("utf-8", "replace")) if value else ""
 
 
+def _status_fields(code: grpc.StatusCode, message: str) -> list[tuple[bytes, bytes]]:
+    return [(b"grpc-status", str(code.value[0]).encode()),
+            (b"grpc-message", urllib.parse.quote(message, safe=" ").encode())]
+
+
 def trailers_only(stream_id: int, code: grpc.StatusCode, message: str) -> bytes:
     """A complete gRPC error reply: one HEADERS frame, no body."""
-    block = encode_literals([
-        (b":status", b"200"),
-        (b"content-type", b"application/grpc"),
-        (b"grpc-status", str(code.value[0]).encode()),
-        (b"grpc-message", urllib.parse.quote(message, safe=" ").encode()),
-    ])
+    block = encode_literals([(b":status", b"200"), (b"content-type", b"application/grpc"),
+                             *_status_fields(code, message)])
     return frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block)
+
+
+def trailers(stream_id: int, code: grpc.StatusCode, message: str) -> bytes:
+    """The status that ends a reply whose headers have been sent."""
+    return frame(HEADERS, END_HEADERS | END_STREAM, stream_id, encode_literals(_status_fields(code, message)))
 
 
 def grpc_message(body: bytes) -> bytes:

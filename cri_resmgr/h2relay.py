@@ -7,15 +7,20 @@ what it must:
 
 * the `:path` of each new call, to look its route up (cached per path);
 * for a call the policy intercepts, the request body (held back, decoded,
-  handed to the interceptor, re-encoded and sent on the same stream) and the
-  runtime's reply (held back until the interceptor is done, then passed on
-  unchanged);
+  handed to the interceptor, re-encoded and sent on the same stream) and a
+  copy of the runtime's reply; the reply's final status is held back until
+  the interceptor is done, so the client's call completes after the policy's
+  bookkeeping, and is then passed on unchanged (or replaced by the
+  interceptor's error);
 * for a dumped call, copies of its messages and its final status.
 
 Both ends are told (through the SETTINGS frames passing by) to use no HPACK
 dynamic table, so a header block the relay holds back or answers itself cannot
-desynchronise the peers' decoders. Bytes the relay swallows or adds are
-settled with WINDOW_UPDATE frames, so flow control stays balanced.
+desynchronise the peers' decoders. The reply direction is never altered in
+size. In the request direction, bytes the relay swallows are given back to the
+client with WINDOW_UPDATE, bytes a rewrite adds are taken off the runtime's
+next grants to the client, and nothing is sent beyond the runtime's real
+window (the relay tracks it and waits for grants).
 
 If the runtime cannot be reached when kubelet connects, the relay answers every
 call with UNAVAILABLE and, once the runtime is back, sends GOAWAY so kubelet
@@ -310,7 +315,7 @@ class _Refused:
 
 
 class _Intercepted:
-    __slots__ = ("route", "sid", "call_id", "t0", "body", "swallowed", "window", "held", "held_data",
+    __slots__ = ("route", "sid", "call_id", "t0", "body", "swallowed", "window", "held", "headers_sent",
                  "done", "reset", "status", "reply_body", "reply", "forwarded", "task", "finished")
 
     def __init__(self, route: Route, sid: int, call_id: int, window: int):
@@ -321,8 +326,8 @@ class _Intercepted:
         self.body = bytearray()  # the request as the client sent it
         self.swallowed = 0  # flow-controlled bytes taken from the client and not passed on
         self.window = window  # the runtime's stream window for what the relay sends
-        self.held: list[bytes] = []  # the runtime's reply frames, passed on when the interceptor is done
-        self.held_data = 0
+        self.held: list[bytes] = []  # the runtime's final frames (trailers or RST_STREAM)
+        self.headers_sent = False  # the runtime's response headers went to the client
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         self.reset = False  # the runtime reset the stream
         self.status: tuple[grpc.StatusCode, str] | None = None
@@ -360,6 +365,7 @@ class _Connection:
         self.grant_debt = 0  # bytes to take off the runtime's next WINDOW_UPDATEs to the client
         self.granted = asyncio.Event()
         self._ready: list[_Intercepted] = []  # answered calls whose replies go out in order
+        self.blocked = False  # client frames wait for the runtime's window
         self.closed = False
         self.draining = False
         side: _RuntimeSide = runtime_transport.get_protocol()  # type: ignore[assignment]
@@ -437,6 +443,8 @@ class _Connection:
         buf = self.cbuf
         buf += data
         pos = 0
+        if self.blocked:
+            return
         if not self.preface:
             if len(buf) < len(h2.PREFACE):
                 return
@@ -456,14 +464,20 @@ class _Connection:
                 ftype, flags = buf[pos + 3], buf[pos + 4]
                 sid = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
                 if ftype == h2.DATA:
-                    self.runtime_window -= length
                     st = self.streams.get(sid)
-                    if st is not None:
-                        if not self._client_data(st, sid, flags, bytes(buf[pos + 9:end]), length):
-                            out.append(bytes(buf[start:pos]))
-                            start = end
-                    elif flags & h2.END_STREAM:
-                        pass  # the runtime's END_STREAM closes the call
+                    if st is None or isinstance(st, _Dumped):
+                        if length > self.runtime_window:
+                            # A rewrite made the client's idea of the window larger
+                            # than the runtime's; wait for the runtime's grants.
+                            self.blocked = True
+                            break
+                        self.runtime_window -= length
+                        if st is not None:
+                            st.request_data(h2.data_payload(flags, bytes(buf[pos + 9:end])))
+                    else:
+                        self._client_data(st, sid, flags, bytes(buf[pos + 9:end]), length)
+                        out.append(bytes(buf[start:pos]))
+                        start = end
                 elif ftype == h2.HEADERS or ftype == h2.CONTINUATION:
                     extra = self._client_headers(ftype, flags, sid, bytes(buf[pos + 9:end]))
                     if extra:
@@ -531,22 +545,16 @@ class _Connection:
             self._start_interceptor(st)
         return b""
 
-    def _client_data(self, st: Any, sid: int, flags: int, payload: bytes, length: int) -> bool:
-        """True if the DATA frame goes on to the runtime unchanged."""
-        if isinstance(st, _Dumped):
-            st.request_data(h2.data_payload(flags, payload))
-            return True
+    def _client_data(self, st: Any, sid: int, flags: int, payload: bytes, length: int) -> None:
+        """DATA the runtime does not get: a refused call's, or an intercepted request."""
         if isinstance(st, _Refused):
-            self.runtime_window += length
             if length:
                 self.client.send(h2.window_update(0, length))
-            return False
-        self.runtime_window += length  # held, not sent
+            return
         st.swallowed += length
         st.body += h2.data_payload(flags, payload)
         if flags & h2.END_STREAM:
             self._start_interceptor(st)
-        return False
 
     def _client_reset(self, sid: int, st: Any) -> None:
         """The client gave up on a call: the runtime is told (the frame goes on)."""
@@ -631,12 +639,21 @@ class _Connection:
         if out:
             self.client.relay(b"".join(out), self.rblock is not None and self.rblock[3] is None)
         self._flush_finished()
+        if self.blocked and self.runtime_window > 0:
+            self.blocked = False
+            self.from_client(b"")
 
     def _runtime_headers(self, ftype: int, flags: int, sid: int, frame: bytes) -> bool:
         fragment = h2.block_fragment(ftype, flags, frame[9:])
         if ftype == h2.HEADERS:
             st = self.streams.get(sid)
-            holder = st.held if isinstance(st, _Intercepted) else ([] if isinstance(st, _Refused) or sid in self.dropped else None)
+            if isinstance(st, _Intercepted) and not st.finished:
+                holder = st.held if flags & h2.END_STREAM else None
+                st.headers_sent = st.headers_sent or holder is None
+            elif isinstance(st, (_Refused, _Intercepted)) or sid in self.dropped:
+                holder = []
+            else:
+                holder = None
             self.rblock = (sid, flags, bytearray(fragment), holder)
         elif self.rblock is None:
             raise ValueError("CONTINUATION without HEADERS")
@@ -658,12 +675,12 @@ class _Connection:
         status = None
         if first_flags & h2.END_STREAM:
             status = (h2.status_code(fields.get(b"grpc-status")), h2.status_message(fields.get(b"grpc-message")))
-        if isinstance(st, _Intercepted):
+        if isinstance(st, _Intercepted) and not st.finished:
             if status is not None:
                 st.status = status
                 if not st.done.done():
                     st.done.set_result(None)
-            return False
+            return holder is None
         if holder is not None:  # refused or dropped
             if status is not None and isinstance(st, _Refused):
                 self._end(sid)
@@ -682,12 +699,10 @@ class _Connection:
                 self._end(sid)
             return True
         if isinstance(st, _Intercepted) and not st.finished:
-            st.held.append(frame)
-            st.held_data += length
             st.reply_body += h2.data_payload(flags, frame[9:])
             if flags & h2.END_STREAM and not st.done.done():
-                st.done.set_result(None)
-            return False
+                st.done.set_result(None)  # no trailers: the client sees the end as it is
+            return True
         if length:  # dropped: the runtime gets its window back
             self.runtime.send(h2.window_update(0, length))
         return False
@@ -829,16 +844,15 @@ class _Connection:
                 self.runtime.send(h2.rst_stream(st.sid))
         elif not st.done.done():
             self.runtime.send(h2.rst_stream(st.sid))
-        if st.held_data:
-            self.runtime.send(h2.window_update(0, st.held_data))
         st.held.clear()
         self._drop_runtime_frames(st.sid)
-        self.client.send(h2.trailers_only(st.sid, code, message))
+        if st.headers_sent:
+            self.client.send(h2.trailers(st.sid, code, message))
+        else:
+            self.client.send(h2.trailers_only(st.sid, code, message))
         self._end(st.sid)
 
     def _release(self, st: _Intercepted) -> None:
-        if st.held_data and not self.closed:
-            self.runtime.send(h2.window_update(0, st.held_data))
         self._drop_runtime_frames(st.sid)
 
     def _flush_finished(self) -> None:

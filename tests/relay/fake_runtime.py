@@ -16,6 +16,11 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 V1 = "/runtime.v1.RuntimeService/"
 
 
+# Fixed 64 KiB flow-control windows (no BDP growth): a relay that loses track
+# of window credit stalls within a few calls instead of after many megabytes.
+SMALL_WINDOWS = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65535))
+
+
 class FakeRuntime:
     def __init__(self, socket_path: str):
         self.socket_path = socket_path
@@ -27,7 +32,8 @@ class FakeRuntime:
 
     async def start(self) -> None:
         self.server = grpc.aio.server(options=(
-            ("grpc.max_send_message_length", 32 << 20), ("grpc.max_receive_message_length", 32 << 20)))
+            ("grpc.max_send_message_length", 32 << 20), ("grpc.max_receive_message_length", 32 << 20),
+            *SMALL_WINDOWS))
         self.server.add_generic_rpc_handlers((_Handlers(self),))
         self.server.add_insecure_port("unix://" + self.socket_path)
         await self.server.start()

@@ -19,7 +19,7 @@ from cri_resmgr.relay import Relay
 from cri_resmgr.testing.loop import LoopThread
 from cri_resmgr.upstream import Upstream
 
-from fake_runtime import FakeRuntime
+from fake_runtime import SMALL_WINDOWS, FakeRuntime
 
 V1 = "/runtime.v1.RuntimeService/"
 V1A2 = "/runtime.v1alpha2.RuntimeService/"
@@ -39,7 +39,8 @@ class Setup:
         self.relay = None
         self.start_relay()
         self.channel = grpc.insecure_channel("unix://" + self.relay_sock, options=[
-            ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+            ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
+            *SMALL_WINDOWS])
 
     def start_relay(self):
         async def make():
