@@ -86,6 +86,8 @@ def block_fragment(ftype: int, flags: int, payload: bytes) -> bytes:
         return payload
     start, end = 0, len(payload)
     if flags & PADDED:
+        if not payload:
+            raise ValueError("padded HEADERS frame without a pad length")
         start = 1
         end -= payload[0]
     if flags & PRIORITY_FLAG:
@@ -97,6 +99,8 @@ def block_fragment(ftype: int, flags: int, payload: bytes) -> bytes:
 
 def data_payload(flags: int, payload: bytes) -> bytes:
     if flags & PADDED:
+        if not payload or payload[0] >= len(payload):
+            raise ValueError("DATA padding exceeds the frame")
         return payload[1:len(payload) - payload[0]]
     return payload
 

@@ -497,7 +497,7 @@ class _Connection:
                     else:
                         self._client_reset(sid, st)
                 pos = end
-        except (BlockError, ValueError) as e:
+        except (BlockError, ValueError, IndexError) as e:
             return self._fail(f"bad frame from the client: {e}")
         if start < pos:
             out.append(bytes(buf[start:pos]) if start or pos < n else bytes(buf))
@@ -631,7 +631,7 @@ class _Connection:
                     out.append(bytes(buf[start:pos]))
                     start = end
                 pos = end
-        except (BlockError, ValueError) as e:
+        except (BlockError, ValueError, IndexError) as e:
             return self._fail(f"bad frame from the runtime: {e}")
         if start < pos:
             out.append(bytes(buf[start:pos]) if start or pos < n else bytes(buf))

@@ -299,12 +299,12 @@ def _progress(log: Callable[[str], None] | None, text: str) -> None:
 
 def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: int = 10,
         block: int = 100, warmup: int = 200, callers: Sequence[int] = CALLERS,
-        log: Callable[[str], None] | None = None) -> dict[str, Any]:
+        log: Callable[[str], None] | None = None, transport: str = "h2") -> dict[str, Any]:
     """Runs every relay measurement against a throwaway containerd; returns
     the figures and a verdict per entry of TARGETS. Everything started is
     stopped and removed again, also on errors and Ctrl-C."""
     _check_environment()
-    result: dict[str, Any] = {"cpus": os.cpu_count(), "containers": containers,
+    result: dict[str, Any] = {"cpus": os.cpu_count(), "containers": containers, "transport": transport,
                               "seconds_per_cell": seconds, "callers": list(callers)}
     cgroup_root = f"/crirm-bench-{secrets.token_hex(4)}"
     with ExitStack() as stack:
@@ -314,7 +314,8 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
         t0 = time.monotonic()
         containerd.start()
         workdir = _short_dir("crirm-br-", stack)
-        relay = _start_relay(stack, workdir, str(containerd.socket), ["-policy", "null"], "null")
+        relay = _start_relay(stack, workdir, str(containerd.socket),
+                             ["-policy", "null", "-relay-transport", transport], "null")
         kube_root = f"{cgroup_root}/kubepods"
         direct_k = Kubelet(containerd.address, cgroup_root=kube_root)
         stack.callback(direct_k.close)
@@ -363,7 +364,8 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
 
         config = workdir / "static.yaml"
         config.write_text(STATIC_CONFIG)
-        static = _start_relay(stack, workdir, str(containerd.socket), ["-force-config", str(config)], "static")
+        static = _start_relay(stack, workdir, str(containerd.socket),
+                              ["-force-config", str(config), "-relay-transport", transport], "static")
         assert static.proc is not None
         kubelets = {"direct": direct_k}
         for name, r in (("passthrough", relay), ("intercepted", static)):
@@ -427,7 +429,7 @@ def _cell(value: Any) -> str:
 
 def format_result(result: dict[str, Any]) -> str:
     out = [f"relay vs direct containerd ({result['cpus']} CPUs shared by client, relay and containerd; "
-           f"relay with -policy null)", ""]
+           f"relay with -policy null, -relay-transport {result.get('transport', 'h2')})", ""]
     rows = []
     for method, m in result["latency"].items():
         d, r = m["direct"], m["relay"]
@@ -469,9 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="per target and throughput cell")
     parser.add_argument("--containers", type=int, default=100)
     parser.add_argument("--creates", type=int, default=50)
+    parser.add_argument("--transport", choices=("h2", "grpc"), default="h2", help="the relay's -relay-transport")
     args = parser.parse_args(argv)
     result = run(seconds=args.seconds, containers=args.containers, creates=args.creates,
-                 log=lambda text: print(f"  .. {text}", flush=True))
+                 log=lambda text: print(f"  .. {text}", flush=True), transport=args.transport)
     print(format_result(result))
     return 0 if all(t["verdict"] == "PASS" for t in result["targets"]) else 1
 
