@@ -54,10 +54,15 @@ _TOMBSTONES = 1024
 
 
 class UpstreamError(grpc.aio.AioRpcError):
-    """The runtime's error on an intercepted call, as the interceptor sees it."""
+    """An intercepted call's forward failed, as the interceptor sees it.
 
-    def __init__(self, code: grpc.StatusCode, details: str):
+    `from_runtime`: the runtime's own status (passed on to the client as the
+    runtime sent it); otherwise the relay could not complete the call.
+    """
+
+    def __init__(self, code: grpc.StatusCode, details: str, from_runtime: bool = True):
         super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+        self.from_runtime = from_runtime
 
 
 # -- routes: what the relay does with a method path ----------------------------------
@@ -201,11 +206,12 @@ class _ClientSide(asyncio.Protocol):
         self.relay = relay
         self.conn: _Connection | None = None
         self.transport: asyncio.Transport | None = None
+        self._connecting: asyncio.Task | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.transport.pause_reading()
-        asyncio.ensure_future(self._connect())
+        self.transport.pause_reading()  # until the runtime side is connected
+        self._connecting = asyncio.ensure_future(self._connect())
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -502,7 +508,7 @@ class _Connection:
         if start < pos:
             out.append(bytes(buf[start:pos]) if start or pos < n else bytes(buf))
         del buf[:pos]
-        if out:
+        if out and not self.closed:
             self.runtime.relay(b"".join(out), self.cblock is not None)
 
     def _client_headers(self, ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
@@ -636,7 +642,7 @@ class _Connection:
         if start < pos:
             out.append(bytes(buf[start:pos]) if start or pos < n else bytes(buf))
         del buf[:pos]
-        if out:
+        if out and not self.closed:
             self.client.relay(b"".join(out), self.rblock is not None and self.rblock[3] is None)
         self._flush_finished()
         if self.blocked and self.runtime_window > 0:
@@ -759,7 +765,10 @@ class _Connection:
             self._pass_reply(st)
         except UpstreamError as e:
             self._dump_reply(st, e.code(), e.details() or "")
-            self._pass_reply(st)
+            if e.from_runtime:
+                self._pass_reply(st)
+            else:
+                self._answer(st, e.code(), e.details() or "")
         except InterceptError as e:
             self._dump_reply(st, e.code, e.message)
             self._answer(st, e.code, e.message)
@@ -785,7 +794,7 @@ class _Connection:
             self._settle_request(st, 0)
         await st.done
         if self.closed:
-            raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "cri-resmgr: connection to the runtime closed")
+            raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "cri-resmgr: connection to the runtime closed", False)
         if st.reset:
             raise UpstreamError(grpc.StatusCode.CANCELLED, "cri-resmgr: the runtime reset the call")
         code, details = st.status or (grpc.StatusCode.UNKNOWN, "no status from the runtime")
@@ -793,7 +802,9 @@ class _Connection:
             raise UpstreamError(code, details)
         body = _message_body(st.reply_body)
         if body is None:
-            raise UpstreamError(grpc.StatusCode.INTERNAL, "cri-resmgr: cannot read the runtime's reply")
+            raise UpstreamError(grpc.StatusCode.INTERNAL,
+                                "cri-resmgr: cannot read the runtime's reply (compressed or malformed gRPC message)",
+                                False)
         st.reply = st.route.reply_type.FromString(body)
         return st.reply
 

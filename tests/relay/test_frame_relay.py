@@ -290,3 +290,17 @@ def test_growing_rewrites_under_concurrent_bulk_traffic(make):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_compressed_intercepted_request_is_refused_with_a_reason(make):
+    async def passthrough(req):
+        return await req.forward(req.message)
+
+    s = make(interceptors={"CreateContainer": passthrough})
+    with grpc.insecure_channel("unix://" + s.relay_sock, compression=grpc.Compression.Gzip) as gz:
+        with pytest.raises(grpc.RpcError) as e:
+            gz.unary_unary(CREATE)(_create("p", pad=5000), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INTERNAL
+        assert "compressed" in e.value.details()
+        # Passthrough calls are not read, so compression is the runtime's business.
+        assert gz.unary_unary(V1 + "Echo")(b"q" * 5000, timeout=10) == b"q" * 5000
