@@ -29,6 +29,9 @@ def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     (["-force-config", "/nonexistent/cfg.yaml"], "cannot read /nonexistent/cfg.yaml"),
     (["-runtime-socket", "-", "-image-socket", "-"], "nothing to relay"),
     (["-relay-socket", "/tmp/x.sock", "-runtime-socket", "unix:///tmp/x.sock"], "same path"),
+    (["-relay-transport", "quic"], "quic"),
+    (["-relay-transport", "h2", "-runtime-socket", "/tmp/a.sock", "-image-socket", "/tmp/b.sock"],
+     "-relay-transport h2 relays to one socket"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     r = run(*args)
@@ -105,3 +108,27 @@ def test_runtime_wait_timeout_fails_clearly(tmp_path):
             "-runtime-wait-timeout", "1")
     assert r.returncode == 1
     assert f"runtime at {tmp_path / 'missing.sock'} not ready after 1s" in r.stderr
+
+
+@pytest.mark.parametrize("transport,image,expected", [
+    ("auto", None, "FrameRelay"),
+    ("auto", "-", "FrameRelay"),
+    ("auto", "/tmp/img.sock", "Relay"),
+    ("grpc", None, "Relay"),
+    ("h2", "-", "FrameRelay"),
+])
+def test_transport_choice(transport, image, expected):
+    from cri_resmgr import app
+    from cri_resmgr.criapi import MethodTable
+
+    class FakeUpstream:  # make_relay reads only .path
+        def __init__(self, path):
+            self.path = path
+
+    runtime = FakeUpstream("/tmp/rt.sock")
+    image_up = runtime if image is None else (None if image == "-" else FakeUpstream(image))
+    settings = app.Settings(relay_socket="/tmp/relay.sock", runtime_socket=runtime.path,
+                            image_socket=image or runtime.path, relay_transport=transport)
+    app.validate(settings)
+    relay = app.make_relay(settings, runtime, image_up, MethodTable(), runtime)
+    assert type(relay).__name__ == expected
