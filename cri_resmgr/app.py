@@ -16,7 +16,7 @@ from cri_resmgr.control import ControlSettings, Controller
 from cri_resmgr.criapi import MethodTable
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.policy.registry import Registry
-from cri_resmgr.h2relay import FrameRelay
+from cri_resmgr.h2.relay import FrameRelay
 from cri_resmgr.relay import Relay
 from cri_resmgr.upstream import Upstream
 

@@ -255,7 +255,7 @@ class _Run:
             n -= got
 
     def _best_fit(self, dom: _Domain, n: int) -> int | None:
-        count, doms = self.count, self.doms
+        count = self.count
         for _level, max_size, members in dom.below:
             if max_size < n:
                 continue

@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from cri_resmgr.cpuset import CPUSet
 from cri_resmgr.testing import cgroupfs
 from cri_resmgr.testing.containerd import Containerd
 from cri_resmgr.testing.kubelet import Kubelet

@@ -14,7 +14,7 @@ import pytest
 from cri_resmgr import sockets
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.criapi import MethodTable
-from cri_resmgr.h2relay import FrameRelay
+from cri_resmgr.h2.relay import FrameRelay
 from cri_resmgr.relay import Relay
 from cri_resmgr.testing.loop import LoopThread
 from cri_resmgr.upstream import Upstream

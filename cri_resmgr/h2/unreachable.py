@@ -1,0 +1,107 @@
+"""A client connection served while the runtime cannot be reached."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import grpc
+
+from cri_resmgr.h2 import frames as h2
+
+if TYPE_CHECKING:
+    from cri_resmgr.h2.relay import FrameRelay
+
+_RETRY_CONNECT_SECONDS = 0.5
+
+
+class Unreachable:
+    """Serves a client connection while the runtime is unreachable: every call
+    gets UNAVAILABLE at once; when the runtime answers again, GOAWAY sends the
+    client to a new connection that is relayed."""
+
+    def __init__(self, relay: FrameRelay, client: asyncio.Transport, why: str):
+        self.relay = relay
+        self.transport = client
+        self.why = why
+        self.buf = bytearray()
+        self.preface = False
+        self.last_stream = 0
+        self.closed = False
+        self.open: set[int] = set()
+        client.write(h2.settings_frame(b""))
+        self._watch = asyncio.ensure_future(self._wait_for_runtime())
+
+    def busy(self) -> bool:
+        return False
+
+    def drain(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._watch.cancel()
+            self.relay.connections.discard(self)
+            self.transport.close()
+
+    def client_lost(self) -> None:
+        self.close()
+
+    def pause_runtime(self, pause: bool) -> None:
+        pass
+
+    async def _wait_for_runtime(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_RETRY_CONNECT_SECONDS)
+            try:
+                transport, _ = await loop.create_unix_connection(asyncio.Protocol, self.relay.upstream_path)
+            except OSError:
+                continue
+            transport.close()
+            break
+        self.transport.write(h2.goaway(self.last_stream))
+        await asyncio.sleep(0.2)
+        self.close()
+
+    def from_client(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        if not self.preface:
+            if len(buf) < len(h2.PREFACE):
+                return
+            self.preface = True
+            pos = len(h2.PREFACE)
+        out = []
+        while len(buf) - pos >= 9:
+            length = int.from_bytes(buf[pos:pos + 3], "big")
+            end = pos + 9 + length
+            if end > len(buf):
+                break
+            ftype, flags = buf[pos + 3], buf[pos + 4]
+            sid = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            if ftype == h2.SETTINGS and not flags & h2.ACK:
+                out.append(h2.frame(h2.SETTINGS, h2.ACK, 0))
+            elif ftype == h2.PING and not flags & h2.ACK:
+                out.append(h2.frame(h2.PING, h2.ACK, 0, bytes(buf[pos + 9:end])))
+            elif ftype == h2.DATA and length:
+                out.append(h2.window_update(0, length))
+            elif ftype == h2.HEADERS and sid > self.last_stream:
+                self.last_stream = sid
+                if flags & h2.END_HEADERS:
+                    out.append(h2.trailers_only(sid, grpc.StatusCode.UNAVAILABLE,
+                                                f"cri-resmgr: the runtime at {self.relay.upstream_path} "
+                                                f"is not reachable: {self.why}"))
+                else:
+                    self.open.add(sid)
+            elif ftype == h2.CONTINUATION and flags & h2.END_HEADERS and sid in self.open:
+                self.open.discard(sid)
+                out.append(h2.trailers_only(sid, grpc.StatusCode.UNAVAILABLE,
+                                            f"cri-resmgr: the runtime at {self.relay.upstream_path} "
+                                            f"is not reachable: {self.why}"))
+            pos = end
+        del buf[:pos]
+        if out:
+            self.transport.write(b"".join(out))
