@@ -161,17 +161,12 @@ class Connection(InterceptedCalls):
                 return self._fail("not an HTTP/2 client (bad connection preface)")
             self.preface = True
             pos = len(h2.PREFACE)
-        n = len(buf)
+        done = pos  # end of the frames handled
         start = 0  # start of the run of frames passed through unchanged
         out: list[bytes] = []
         try:
-            while n - pos >= 9:
-                length = int.from_bytes(buf[pos:pos + 3], "big")
-                end = pos + 9 + length
-                if end > n:
-                    break
-                ftype, flags = buf[pos + 3], buf[pos + 4]
-                sid = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            for pos, end, ftype, flags, sid in h2.complete_frames(buf, pos):
+                length = end - pos - h2.HEADER_LEN
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
                     if st is None or isinstance(st, Dumped):
@@ -205,12 +200,12 @@ class Connection(InterceptedCalls):
                         self._end(sid)
                     else:
                         self._client_reset(sid, st)
-                pos = end
+                done = end
         except (BlockError, ValueError, IndexError) as e:
             return self._fail(f"bad frame from the client: {e}")
-        if start < pos:
-            out.append(bytes(buf[start:pos]) if start or pos < n else bytes(buf))
-        del buf[:pos]
+        if start < done:
+            out.append(bytes(buf[start:done]) if start or done < len(buf) else bytes(buf))
+        del buf[:done]
         if out and not self.closed:
             self.runtime.relay(b"".join(out), self.cblock is not None)
 
@@ -285,17 +280,12 @@ class Connection(InterceptedCalls):
             return
         buf = self.rbuf
         buf += data
-        n = len(buf)
-        pos = start = 0
+        done = start = 0
         out: list[bytes] = []
         try:
-            while n - pos >= 9:
-                length = int.from_bytes(buf[pos:pos + 3], "big")
-                end = pos + 9 + length
-                if end > n:
-                    break
-                ftype, flags = buf[pos + 3], buf[pos + 4]
-                sid = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            for pos, end, ftype, flags, sid in h2.complete_frames(buf, 0):
+                length = end - pos - h2.HEADER_LEN
+                done = end
                 keep = True
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
@@ -334,17 +324,15 @@ class Connection(InterceptedCalls):
                     out.append(bytes(buf[start:pos]))
                     out.append(h2.settings_frame(h2.without_header_table(bytes(buf[pos + 9:end]))))
                     start = end
-                    pos = end
                     continue
                 if not keep:
                     out.append(bytes(buf[start:pos]))
                     start = end
-                pos = end
         except (BlockError, ValueError, IndexError) as e:
             return self._fail(f"bad frame from the runtime: {e}")
-        if start < pos:
-            out.append(bytes(buf[start:pos]) if start or pos < n else bytes(buf))
-        del buf[:pos]
+        if start < done:
+            out.append(bytes(buf[start:done]) if start or done < len(buf) else bytes(buf))
+        del buf[:done]
         if out and not self.closed:
             self.client.relay(b"".join(out), self.rblock is not None and self.rblock[3] is None)
         self._flush_finished()

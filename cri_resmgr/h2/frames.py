@@ -57,6 +57,17 @@ def goaway(last_stream_id: int, error: int = NO_ERROR, debug: bytes = b"") -> by
     return frame(GOAWAY, 0, 0, last_stream_id.to_bytes(4, "big") + error.to_bytes(4, "big") + debug)
 
 
+def complete_frames(buf: bytes | bytearray, pos: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(start, end, type, flags, stream id) of each whole frame in `buf` from `pos` on."""
+    n = len(buf)
+    while n - pos >= HEADER_LEN:
+        end = pos + HEADER_LEN + int.from_bytes(buf[pos:pos + 3], "big")
+        if end > n:
+            return
+        yield pos, end, buf[pos + 3], buf[pos + 4], int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+        pos = end
+
+
 def settings_params(payload: bytes) -> dict[int, int]:
     return {k: v for k, v in (_SETTING.unpack_from(payload, i) for i in range(0, len(payload) - 5, 6))}
 

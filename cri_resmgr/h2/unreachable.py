@@ -65,6 +65,10 @@ class Unreachable:
         await asyncio.sleep(0.2)
         self.close()
 
+    def _unavailable(self, stream_id: int) -> bytes:
+        return h2.trailers_only(stream_id, grpc.StatusCode.UNAVAILABLE,
+                                f"cri-resmgr: the runtime at {self.relay.upstream_path} is not reachable: {self.why}")
+
     def from_client(self, data: bytes) -> None:
         buf = self.buf
         buf += data
@@ -75,13 +79,10 @@ class Unreachable:
             self.preface = True
             pos = len(h2.PREFACE)
         out = []
-        while len(buf) - pos >= 9:
-            length = int.from_bytes(buf[pos:pos + 3], "big")
-            end = pos + 9 + length
-            if end > len(buf):
-                break
-            ftype, flags = buf[pos + 3], buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+        done = pos
+        for pos, end, ftype, flags, sid in h2.complete_frames(buf, pos):
+            length = end - pos - h2.HEADER_LEN
+            done = end
             if ftype == h2.SETTINGS and not flags & h2.ACK:
                 out.append(h2.frame(h2.SETTINGS, h2.ACK, 0))
             elif ftype == h2.PING and not flags & h2.ACK:
@@ -91,17 +92,12 @@ class Unreachable:
             elif ftype == h2.HEADERS and sid > self.last_stream:
                 self.last_stream = sid
                 if flags & h2.END_HEADERS:
-                    out.append(h2.trailers_only(sid, grpc.StatusCode.UNAVAILABLE,
-                                                f"cri-resmgr: the runtime at {self.relay.upstream_path} "
-                                                f"is not reachable: {self.why}"))
+                    out.append(self._unavailable(sid))
                 else:
                     self.open.add(sid)
             elif ftype == h2.CONTINUATION and flags & h2.END_HEADERS and sid in self.open:
                 self.open.discard(sid)
-                out.append(h2.trailers_only(sid, grpc.StatusCode.UNAVAILABLE,
-                                            f"cri-resmgr: the runtime at {self.relay.upstream_path} "
-                                            f"is not reachable: {self.why}"))
-            pos = end
-        del buf[:pos]
+                out.append(self._unavailable(sid))
+        del buf[:done]
         if out:
             self.transport.write(b"".join(out))
