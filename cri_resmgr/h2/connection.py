@@ -135,8 +135,6 @@ class Connection(InterceptedCalls):
     def _end(self, sid: int) -> None:
         self.open.discard(sid)
         self.streams.pop(sid, None)
-        if self.draining and not self.open:
-            self.close()
 
     def _drop_runtime_frames(self, sid: int) -> None:
         self.dropped[sid] = None

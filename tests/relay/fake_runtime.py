@@ -98,6 +98,12 @@ class _Handlers(grpc.GenericRpcHandler):
 
         if name == "/test.Sum/Total":
             return grpc.stream_unary_rpc_method_handler(total)
+        async def half_second(req: bytes, ctx):
+            await asyncio.sleep(0.5)
+            return req
+
+        if name == "/test.Slow/Half":
+            return grpc.unary_unary_rpc_method_handler(half_second)
         if name == "/test.Big/List":
             return grpc.unary_unary_rpc_method_handler(big)
         if name.startswith("/runtime.v1.RuntimeService/Unknown"):

@@ -226,6 +226,19 @@ def test_stop_removes_socket_and_finishes_in_flight_calls(tmp_path, transport):
         s.close()
 
 
+def test_stop_lets_a_call_in_flight_finish(tmp_path, transport):
+    s = Setup(tmp_path, transport=transport)
+    try:
+        fut = s.channel.unary_unary("/test.Slow/Half").future(b"slow", timeout=10)
+        time.sleep(0.2)
+        s.loop.run(s.relay.stop(5))
+        s.relay = None
+        assert fut.result() == b"slow"
+        assert not os.path.exists(s.relay_sock)
+    finally:
+        s.close()
+
+
 def test_runtime_down_is_unavailable_then_recovers(tmp_path, transport):
     s = Setup(tmp_path, transport=transport)
     try:
