@@ -49,6 +49,14 @@ class _Out:
             self.transport.write(data)
 
 
+def _take(buf: bytearray, start: int, done: int, out: list[bytes]) -> bytes:
+    """What goes on: `out` plus the unchanged run `buf[start:done]`; the handled frames leave `buf`."""
+    if start < done:
+        out.append(bytes(buf[start:done]))
+    del buf[:done]
+    return b"".join(out)
+
+
 class Connection(InterceptedCalls):
     """One kubelet connection and its runtime connection, frame by frame."""
 
@@ -201,11 +209,9 @@ class Connection(InterceptedCalls):
                 done = end
         except (BlockError, ValueError, IndexError) as e:
             return self._fail(f"bad frame from the client: {e}")
-        if start < done:
-            out.append(bytes(buf[start:done]) if start or done < len(buf) else bytes(buf))
-        del buf[:done]
-        if out and not self.closed:
-            self.runtime.relay(b"".join(out), self.cblock is not None)
+        data = _take(buf, start, done, out)
+        if data and not self.closed:
+            self.runtime.relay(data, self.cblock is not None)
 
     def _client_headers(self, ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
         """Reads a client header block; returns frames to send the runtime right after it."""
@@ -328,11 +334,9 @@ class Connection(InterceptedCalls):
                     start = end
         except (BlockError, ValueError, IndexError) as e:
             return self._fail(f"bad frame from the runtime: {e}")
-        if start < done:
-            out.append(bytes(buf[start:done]) if start or done < len(buf) else bytes(buf))
-        del buf[:done]
-        if out and not self.closed:
-            self.client.relay(b"".join(out), self.rblock is not None and self.rblock[3] is None)
+        data = _take(buf, start, done, out)
+        if data and not self.closed:
+            self.client.relay(data, self.rblock is not None and self.rblock[3] is None)
         self._flush_finished()
         if self.blocked and self.runtime_window > 0:
             self.blocked = False

@@ -52,7 +52,7 @@ class InterceptedCalls:
             self._dump_reply(st, e.code, e.message)
             self._answer(st, e.code, e.message)
         except asyncio.CancelledError:
-            self._release(st)
+            self._drop_runtime_frames(st.sid)
             raise
         except grpc.aio.AioRpcError as e:  # from a call the interceptor made elsewhere
             self._dump_reply(st, e.code(), e.details() or "")
@@ -141,9 +141,6 @@ class InterceptedCalls:
         else:
             self.client.send(h2.trailers_only(st.sid, code, message))
         self._end(st.sid)
-
-    def _release(self, st: Intercepted) -> None:
-        self._drop_runtime_frames(st.sid)
 
     def _flush_finished(self) -> None:
         """Sends the held replies of finished calls once the runtime has completed them."""
