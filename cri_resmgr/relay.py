@@ -20,7 +20,7 @@ import grpc
 
 from cri_resmgr import sockets
 from cri_resmgr.criapi import Method, MethodTable, split_path
-from cri_resmgr.intercept import InterceptError, InterceptionTable, Request
+from cri_resmgr.intercept import FailureLog, InterceptError, InterceptionTable, Request, decode_request
 from cri_resmgr.upstream import MAX_MESSAGE_BYTES, Upstream
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,9 @@ class Relay:
         self._interceptors: InterceptionTable = interceptors or {}
         self._dumper = dumper
         self._socket_like = socket_like
-        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}  # known methods only, so bounded
         self._call_ids = itertools.count(1)
+        self._failures = FailureLog(log)
         self._server: grpc.aio.Server | None = None
 
     # -- configuration -------------------------------------------------------
@@ -140,7 +141,9 @@ class Relay:
         try:
             return self._handlers[path]
         except KeyError:
-            h = self._handlers[path] = self._build(path)
+            h = self._build(path)
+            if self.methods.lookup(path) is not None:  # a client's made-up paths are not kept
+                self._handlers[path] = h
             return h
 
     def _upstream_for(self, path: str) -> Upstream | None:
@@ -236,6 +239,7 @@ class Relay:
                      dumper: DumpSink | None):
         mc = upstream.unary(path)
         ids = self._call_ids
+        failures = self._failures
         # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
         v1 = self.methods.lookup(f"/runtime.v1.{split_path(path)[0].rpartition('.')[2]}/{method.name}") or method
         request_type, reply_type = v1.request, v1.response
@@ -253,8 +257,14 @@ class Relay:
                 return reply_type.FromString(data)
 
             try:
-                reply = (await interceptor(Request(method.name, path, request_type.FromString(request), forward))
-                         ).SerializeToString()
+                message = decode_request(request_type, method.name, request)
+            except InterceptError as e:
+                failures.refused(path, e.message)
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code, e.message)
+                await context.abort(e.code, e.message)
+            try:
+                reply = (await interceptor(Request(method.name, path, message, forward))).SerializeToString()
             except grpc.aio.AioRpcError as e:
                 if dumper is not None:
                     dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
@@ -263,6 +273,11 @@ class Relay:
                 if dumper is not None:
                     dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code, e.message)
                 await context.abort(e.code, e.message)
+            except Exception as e:  # a bug in the interceptor: one line, not gRPC's traceback per call
+                failures.failed(path, e)
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, grpc.StatusCode.INTERNAL, str(e))
+                await context.abort(grpc.StatusCode.INTERNAL, f"cri-resmgr: {e}")
             if dumper is not None:
                 dumper.reply(path, call_id, reply, time.perf_counter() - t0)
             return reply

@@ -262,7 +262,7 @@ def _wire(messages: list[tuple[bool, bytes]]) -> bytes:
 
 
 def test_splitter_takes_several_messages_from_one_feed() -> None:
-    splitter = h2.MessageSplitter()
+    splitter = h2.MessageSplitter(1 << 20)
     assert splitter.feed(_wire(MESSAGE_BODIES)) == MESSAGE_BODIES
     assert splitter.pending == 0
 
@@ -274,7 +274,7 @@ def test_splitter_with_a_split_at_every_offset() -> None:
         total += 5 + len(body)
         ends.append(total)
     for cut in range(len(wire) + 1):
-        splitter = h2.MessageSplitter()
+        splitter = h2.MessageSplitter(1 << 20)
         first = splitter.feed(wire[:cut])
         done = sum(1 for e in ends if e <= cut)
         assert first == MESSAGE_BODIES[:done], cut
@@ -284,7 +284,7 @@ def test_splitter_with_a_split_at_every_offset() -> None:
 
 
 def test_splitter_fed_one_byte_at_a_time() -> None:
-    splitter = h2.MessageSplitter()
+    splitter = h2.MessageSplitter(1 << 20)
     got = []
     for byte in _wire(MESSAGE_BODIES):
         got += splitter.feed(bytes([byte]))
@@ -293,7 +293,7 @@ def test_splitter_fed_one_byte_at_a_time() -> None:
 
 
 def test_splitter_holds_an_incomplete_message() -> None:
-    splitter = h2.MessageSplitter()
+    splitter = h2.MessageSplitter(1 << 20)
     assert splitter.feed(b"\x00\x00\x00\x01\x00" + b"x" * 100) == []  # 256 bytes announced
     assert splitter.pending == 105
     assert splitter.feed(b"y" * 156 + b"\x00\x00") == [(False, b"x" * 100 + b"y" * 156)]

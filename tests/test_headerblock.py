@@ -285,6 +285,11 @@ def test_bad_blocks_raise_block_error(block) -> None:
         hpack.Decoder().decode(block)
     with pytest.raises(BlockError):
         Reader().fields(block)
+    if block == BAD_BLOCKS["bad Huffman name (EOS)"]:
+        # A name the relay does not want is matched in its coded form, never
+        # decoded; the runtime's decoder refuses the block the relay passes on.
+        assert Reader().read(block, PATH) == {}
+        return
     with pytest.raises(BlockError):
         Reader().read(block, PATH)
 
@@ -369,3 +374,69 @@ def test_encode_literals_lengths_around_the_7_bit_prefix(length) -> None:
 
 def test_encode_literals_of_nothing_is_an_empty_block() -> None:
     assert encode_literals([]) == b""
+
+
+# -- what a hostile encoder can cost (issue: HPACK string cache and decoding) -----------
+
+def _encode_integer_with_flag(value: int) -> bytes:
+    out = bytearray(encode_integer(value, 7))
+    out[0] |= 0x80
+    return bytes(out)
+
+
+def _huffman_literal(name: bytes, value: bytes, first: int) -> bytes:
+    cn, cv = _huffman.encode(name), _huffman.encode(value)
+    return (bytes([first]) + _encode_integer_with_flag(len(cn)) + cn
+            + _encode_integer_with_flag(len(cv)) + cv)
+
+
+def test_unwanted_literal_names_are_never_decoded(monkeypatch) -> None:
+    import cri_resmgr.h2.headerblock as hb
+    decodes = []
+    real = hb.decode_huffman
+    monkeypatch.setattr(hb, "decode_huffman", lambda raw: decodes.append(len(raw)) or real(raw))
+    reader = Reader()
+    for i in range(50):  # distinct 16 KiB names, as a flood would send
+        block = _huffman_literal(f"x-{i}-".encode() + b"n" * 16384, b"v", 0x00)
+        assert reader.read(block, PATH) == {}
+    assert decodes == []
+    path = _huffman_literal(b":path", b"/runtime.v1.RuntimeService/Version", 0x00)
+    assert reader.read(path, PATH) == {b":path": b"/runtime.v1.RuntimeService/Version"}
+    assert decodes  # the wanted one, matched in its coded form, is decoded
+
+
+def test_the_string_cache_is_bounded_by_bytes() -> None:
+    reader = Reader(cache_bytes=4096)
+    for i in range(2000):
+        value = f"/svc/M{i}".encode() + b"p" * (i % 200)
+        coded = _huffman.encode(value)
+        block = b"\x04" + _encode_integer_with_flag(len(coded)) + coded
+        assert reader.read(block, PATH) == {b":path": value}
+        assert reader._cached <= 4096
+    big = b"/" + b"q" * 100_000
+    coded = _huffman.encode(big)
+    assert reader.read(b"\x04" + _encode_integer_with_flag(len(coded)) + coded, PATH) == {b":path": big}
+    assert reader._cached <= 4096  # long strings are not cached at all
+
+
+def test_an_entry_too_large_for_the_table_is_not_decoded_and_empties_it(monkeypatch) -> None:
+    import cri_resmgr.h2.headerblock as hb
+    encoder, decoder, reader = hpack.Encoder(), hpack.Decoder(), Reader()
+    first = encoder.encode([("x-small", "s")])
+    assert reader.fields(first) == decoded(decoder, first)
+    decodes = []
+    real = hb.decode_huffman
+    monkeypatch.setattr(hb, "decode_huffman", lambda raw: decodes.append(len(raw)) or real(raw))
+    huge = _huffman_literal(b"x-huge", b"h" * 40_000, 0x40)  # incremental indexing, > 4096 decoded
+    assert reader.read(huge, PATH) == {}
+    assert not [n for n in decodes if n > 1000]
+    decoded(decoder, huge)
+    after = encoder.encode([("x-after", "a")])  # the reference encoder knows nothing of `huge`
+    assert reader.fields(b"\x20" + after) == decoded(decoder, b"\x20" + after)
+
+
+def test_a_table_size_update_beyond_4096_is_a_block_error() -> None:
+    with pytest.raises(BlockError):
+        update = bytearray(encode_integer(4097, 5))
+        update[0] |= 0x20
+        Reader().read(bytes(update), PATH)

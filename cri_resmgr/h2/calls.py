@@ -49,12 +49,12 @@ class Route:
 class Dumped:
     __slots__ = ("route", "call_id", "t0", "requests", "replies", "bodies")
 
-    def __init__(self, route: Route, call_id: int):
+    def __init__(self, route: Route, call_id: int, max_message: int):
         self.route = route
         self.call_id = call_id
         self.t0 = time.perf_counter()
-        self.requests = h2.MessageSplitter()
-        self.replies = h2.MessageSplitter()
+        self.requests = h2.MessageSplitter(max_message)
+        self.replies = h2.MessageSplitter(max_message)
         self.bodies: list[bytes] = []
 
     def request_data(self, data: bytes) -> None:
@@ -79,15 +79,10 @@ class Dumped:
             dumper.reply(path, self.call_id, None, latency, code, details)
 
 
-class Refused:
-    """A call the relay answered itself: frames either way are dropped."""
-
-    __slots__ = ()
-
-
 class Intercepted:
-    __slots__ = ("route", "sid", "call_id", "t0", "body", "swallowed", "window", "held", "headers_sent",
-                 "done", "reset", "status", "reply_body", "reply", "forwarded", "task", "finished")
+    __slots__ = ("route", "sid", "call_id", "t0", "body", "ended", "room", "reserved", "window", "held",
+                 "headers_sent", "done", "reset", "status", "reply_body", "reply_overflow", "reply", "forwarded",
+                 "task", "finished")
 
     def __init__(self, route: Route, sid: int, call_id: int, window: int):
         self.route = route
@@ -95,7 +90,9 @@ class Intercepted:
         self.call_id = call_id
         self.t0 = time.perf_counter()
         self.body = bytearray()  # the request as the client sent it
-        self.swallowed = 0  # flow-controlled bytes taken from the client and not passed on
+        self.ended = False  # the client's END_STREAM came
+        self.room = window  # the client's stream window, as the relay grants it
+        self.reserved = 0  # bytes of the relay's held budget this call holds
         self.window = window  # the runtime's stream window for what the relay sends
         self.held: list[bytes] = []  # the runtime's final frames (trailers or RST_STREAM)
         self.headers_sent = False  # the runtime's response headers went to the client
@@ -103,6 +100,7 @@ class Intercepted:
         self.reset = False  # the runtime reset the stream
         self.status: tuple[grpc.StatusCode, str] | None = None
         self.reply_body = bytearray()
+        self.reply_overflow = False  # the reply copy did not fit the held budget
         self.reply: Any = None
         self.forwarded = False
         self.task: asyncio.Task | None = None

@@ -24,17 +24,31 @@ PRIORITY_FLAG = 0x20
 SETTINGS_HEADER_TABLE_SIZE = 0x1
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 SETTINGS_MAX_FRAME_SIZE = 0x5
+SETTINGS_MAX_HEADER_LIST_SIZE = 0x6
 
 NO_ERROR = 0x0
 PROTOCOL_ERROR = 0x1
 INTERNAL_ERROR = 0x2
+FLOW_CONTROL_ERROR = 0x3
+STREAM_CLOSED = 0x5
+FRAME_SIZE_ERROR = 0x6
 CANCEL = 0x8
+COMPRESSION_ERROR = 0x9
+ENHANCE_YOUR_CALM = 0xB
 
 DEFAULT_WINDOW = 65535
 DEFAULT_MAX_FRAME = 16384
 
 _SETTING = struct.Struct(">HI")
 _CODES = {s.value[0]: s for s in grpc.StatusCode}
+
+
+class PeerError(ValueError):
+    """The peer broke the protocol: the connection ends with GOAWAY carrying `code`."""
+
+    def __init__(self, message: str, code: int = PROTOCOL_ERROR):
+        super().__init__(message)
+        self.code = code
 
 
 def header(length: int, ftype: int, flags: int, stream_id: int) -> bytes:
@@ -57,11 +71,20 @@ def goaway(last_stream_id: int, error: int = NO_ERROR, debug: bytes = b"") -> by
     return frame(GOAWAY, 0, 0, last_stream_id.to_bytes(4, "big") + error.to_bytes(4, "big") + debug)
 
 
-def complete_frames(buf: bytes | bytearray, pos: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """(start, end, type, flags, stream id) of each whole frame in `buf` from `pos` on."""
+def complete_frames(buf: bytes | bytearray, pos: int,
+                    max_length: int = DEFAULT_MAX_FRAME) -> Iterator[tuple[int, int, int, int, int]]:
+    """(start, end, type, flags, stream id) of each whole frame in `buf` from `pos` on.
+
+    A frame longer than `max_length` (the receiver's SETTINGS_MAX_FRAME_SIZE) is
+    refused from its header: an incomplete frame is never buffered beyond it.
+    """
     n = len(buf)
     while n - pos >= HEADER_LEN:
-        end = pos + HEADER_LEN + int.from_bytes(buf[pos:pos + 3], "big")
+        length = int.from_bytes(buf[pos:pos + 3], "big")
+        if length > max_length:
+            raise PeerError(f"frame of {length} bytes exceeds SETTINGS_MAX_FRAME_SIZE {max_length}",
+                            FRAME_SIZE_ERROR)
+        end = pos + HEADER_LEN + length
         if end > n:
             return
         yield pos, end, buf[pos + 3], buf[pos + 4], int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
@@ -162,18 +185,32 @@ def data_frames(stream_id: int, data: bytes, max_frame: int, end_stream: bool) -
 
 
 class MessageSplitter:
-    """Splits a stream's DATA into gRPC length-prefixed messages."""
+    """Splits a stream's DATA into gRPC length-prefixed messages.
 
-    def __init__(self) -> None:
+    A message declared longer than `max_message` is skipped, not buffered: the
+    runtime refuses it anyway, and a dump of it would hold it whole.
+    """
+
+    def __init__(self, max_message: int) -> None:
         self._buf = bytearray()
+        self._max = max_message
+        self._skip = 0  # bytes of an oversized message still to come
 
     def feed(self, data: bytes) -> list[tuple[bool, bytes]]:
         """(compressed, body) for each message completed by `data`."""
+        if self._skip:
+            skipped = min(self._skip, len(data))
+            self._skip -= skipped
+            data = data[skipped:]
         self._buf += data
         out = []
         buf = self._buf
         while len(buf) >= 5:
             length = int.from_bytes(buf[1:5], "big")
+            if length > self._max:
+                self._skip = max(0, 5 + length - len(buf))
+                del buf[:5 + length]
+                continue
             if len(buf) < 5 + length:
                 break
             out.append((bool(buf[0]), bytes(buf[5:5 + length])))

@@ -4,9 +4,11 @@ The relay forwards header blocks verbatim, so it never re-encodes what the
 two ends send each other. It reads a block for the few fields it acts on
 (`:path`, `grpc-status`), and must keep the dynamic table of each direction
 in step with the real decoder at the other end. Strings are decoded only when
-a caller wants the field or the table needs its length, and Huffman decodes
-are cached by their raw bytes, so a steady stream of calls costs a walk over
-the block and a few dict lookups.
+a caller wants the field or the table needs the entry: a literal name is
+matched against the wanted names in its coded form, and an entry too large for
+the table is never decoded (it empties the table whatever it says). Short
+Huffman decodes are cached by their raw bytes, up to a byte bound, so a steady
+stream of calls costs a walk over the block and a few dict lookups.
 
 The relay's own header blocks (errors it answers itself) use only literals
 without indexing, so they never change the peer's dynamic table.
@@ -17,13 +19,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable
 
+from hpack.huffman import HuffmanEncoder
+from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
 STATIC = HeaderTable.STATIC_TABLE  # 1-based in the RFC: STATIC[i - 1]
 _STATIC_LEN = len(STATIC)
 _ENTRY_OVERHEAD = 32
-_CACHE_LIMIT = 4096
+_CACHED_STRING = 256  # longer strings are decoded each time: values like :path repeat, junk does not
+_HUFFMAN = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
 
 
 class BlockError(ValueError):
@@ -53,11 +58,14 @@ def _integer(data: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
 class Reader:
     """Follows one direction's header blocks and dynamic table."""
 
-    def __init__(self, max_size: int = 4096):
+    def __init__(self, max_size: int = 4096, cache_bytes: int = 64 << 10):
         self.max_size = max_size  # as last set by the encoder (4096 until it says otherwise)
         self._table: deque[tuple[bytes, bytes]] = deque()  # newest first
         self._size = 0
         self._strings: dict[bytes, bytes] = {}
+        self._cached = 0  # bytes in _strings, raw and decoded
+        self._cache_bytes = cache_bytes
+        self._coded: dict[frozenset[bytes], dict[tuple[bool, bytes], bytes]] = {}
 
     @property
     def table_empty(self) -> bool:
@@ -87,48 +95,75 @@ class Reader:
                     continue
                 if b & 0xE0 == 0x20:  # dynamic table size update
                     size, pos = _integer(block, pos, 5)
+                    if size > 4096:  # the relay never lets either end allow more than the default
+                        raise BlockError(f"dynamic table size update to {size} beyond the 4096 allowed")
                     self.max_size = size
                     self._evict(0)
                     continue
                 indexing = b & 0xC0 == 0x40
                 index, pos = _integer(block, pos, 6 if indexing else 4)
+                name_at = None
                 if index:
-                    name = self._entry(index)[0]
+                    name: bytes | None = self._entry(index)[0]
                 else:
-                    name, pos = self._string(block, pos, True)
-                wanted = want is None or name in want
-                value, pos = self._string(block, pos, wanted or (indexing and self.max_size > 0))
-                if wanted:
-                    out.append((name, value))
-                if indexing:
-                    self._insert(name, value)
+                    name_at = _raw_string(block, pos)
+                    pos = name_at[1]
+                    name = None
+                value_at = _raw_string(block, pos)
+                pos = value_at[1]
+                store = indexing and self.max_size > 0
+                if store and (_least_size(name, name_at) + _least_size(None, value_at) + _ENTRY_OVERHEAD
+                              > self.max_size):
+                    store = False  # never fits: it empties the table, whatever it says
+                    self._clear()
+                if name is None and (store or want is None):
+                    name = self._decode(block, name_at)
+                elif name is None:
+                    name = self._coded_names(want).get((name_at[2], block[name_at[0]:name_at[1]]))
+                wanted = name is not None and (want is None or name in want)
+                if wanted or store:
+                    value = self._decode(block, value_at)
+                    if wanted:
+                        out.append((name, value))
+                    if store:
+                        self._insert(name, value)
         except IndexError:
             raise BlockError("truncated header block") from None
         return out
 
     # -- internals ---------------------------------------------------------------------
 
-    def _string(self, block: bytes, pos: int, decode: bool) -> tuple[bytes, int]:
-        huffman = block[pos] & 0x80
-        length, pos = _integer(block, pos, 7)
-        end = pos + length
-        if end > len(block):
-            raise BlockError("truncated string")
-        if not decode:
-            return b"", end
-        raw = bytes(block[pos:end])
+    def _decode(self, block: bytes, at: tuple[int, int, bool]) -> bytes:
+        start, end, huffman = at
+        raw = bytes(block[start:end])
         if not huffman:
-            return raw, end
+            return raw
         text = self._strings.get(raw)
-        if text is None:
-            try:
-                text = decode_huffman(raw)
-            except Exception as e:
-                raise BlockError(f"bad Huffman string: {e}") from None
-            if len(self._strings) >= _CACHE_LIMIT:
+        if text is not None:
+            return text
+        try:
+            text = decode_huffman(raw)
+        except Exception as e:
+            raise BlockError(f"bad Huffman string: {e}") from None
+        if len(raw) <= _CACHED_STRING:
+            cost = len(raw) + len(text)
+            if self._cached + cost > self._cache_bytes:
                 self._strings.clear()
+                self._cached = 0
             self._strings[raw] = text
-        return text, end
+            self._cached += cost
+        return text
+
+    def _coded_names(self, want: frozenset[bytes]) -> dict[tuple[bool, bytes], bytes]:
+        """The wanted names as they may appear on the wire: plain, and Huffman-coded
+        (the code is canonical and its padding fixed, so each name has one form)."""
+        coded = self._coded.get(want)
+        if coded is None:
+            coded = self._coded[want] = {}
+            for name in want:
+                coded[(False, name)] = name
+                coded[(True, _HUFFMAN.encode(name))] = name
+        return coded
 
     def _entry(self, index: int) -> tuple[bytes, bytes]:
         if 0 < index <= _STATIC_LEN:
@@ -143,17 +178,39 @@ class Reader:
     def _insert(self, name: bytes, value: bytes) -> None:
         size = len(name) + len(value) + _ENTRY_OVERHEAD
         if size > self.max_size:
-            self._table.clear()
-            self._size = 0
+            self._clear()
             return
         self._evict(size)
         self._table.appendleft((name, value))
         self._size += size
 
+    def _clear(self) -> None:
+        self._table.clear()
+        self._size = 0
+
     def _evict(self, room: int) -> None:
         while self._table and self._size + room > self.max_size:
             name, value = self._table.pop()
             self._size -= len(name) + len(value) + _ENTRY_OVERHEAD
+
+
+def _raw_string(block: bytes, pos: int) -> tuple[int, int, bool]:
+    """(start, end, Huffman-coded) of the string literal at `pos`."""
+    huffman = bool(block[pos] & 0x80)
+    length, pos = _integer(block, pos, 7)
+    end = pos + length
+    if end > len(block):
+        raise BlockError("truncated string")
+    return pos, end, huffman
+
+
+def _least_size(known: bytes | None, at: tuple[int, int, bool] | None) -> int:
+    """A lower bound of a string's decoded length, without decoding it (Huffman
+    codes are at most 30 bits long)."""
+    if known is not None or at is None:
+        return len(known or b"")
+    start, end, huffman = at
+    return (end - start) * 8 // 30 if huffman else end - start
 
 
 # -- writing: literals only ------------------------------------------------------------

@@ -4,7 +4,6 @@ interceptor, the rewrite sent on, the reply's final status held until the interc
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any
 
@@ -12,9 +11,7 @@ import grpc
 
 from cri_resmgr.h2 import frames as h2
 from cri_resmgr.h2.calls import Intercepted, UpstreamError, message_body
-from cri_resmgr.intercept import InterceptError, Request
-
-log = logging.getLogger(__name__)
+from cri_resmgr.intercept import InterceptError, Request, decode_request
 
 
 class InterceptedCalls:
@@ -34,8 +31,14 @@ class InterceptedCalls:
             if body is None:
                 raise InterceptError(grpc.StatusCode.INTERNAL,
                                      "cri-resmgr: cannot read the request (compressed or malformed gRPC message)")
-            request = Request(route.method.name, route.path, route.request_type.FromString(body),
-                              lambda message: self._forward(st, message))
+            message = decode_request(route.request_type, route.method.name, body)
+        except InterceptError as e:
+            self.relay.failures.refused(route.path, e.message)
+            self._dump_reply(st, e.code, e.message)
+            self._answer(st, e.code, e.message)
+            return
+        try:
+            request = Request(route.method.name, route.path, message, lambda m: self._forward(st, m))
             result = await route.interceptor(request)
             if st.reply is None or result is not st.reply:
                 raise InterceptError(grpc.StatusCode.INTERNAL,
@@ -58,7 +61,7 @@ class InterceptedCalls:
             self._dump_reply(st, e.code(), e.details() or "")
             self._answer(st, e.code(), e.details() or "")
         except Exception as e:
-            log.exception("interceptor for %s failed", route.path)
+            self.relay.failures.failed(route.path, e)
             self._dump_reply(st, grpc.StatusCode.INTERNAL, str(e))
             self._answer(st, grpc.StatusCode.INTERNAL, f"cri-resmgr: {e}")
         self._flush_finished()
@@ -69,8 +72,6 @@ class InterceptedCalls:
         st.forwarded = True
         if not st.done.done():  # the runtime may already have answered (e.g. UNIMPLEMENTED)
             await self._send_request(st, h2.grpc_message(message.SerializeToString()))
-        else:
-            self._settle_request(st, 0)
         await st.done
         if self.closed:
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "cri-resmgr: connection to the runtime closed", False)
@@ -79,6 +80,10 @@ class InterceptedCalls:
         code, details = st.status or (grpc.StatusCode.UNKNOWN, "no status from the runtime")
         if code != grpc.StatusCode.OK:
             raise UpstreamError(code, details)
+        if st.reply_overflow:
+            raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"cri-resmgr: the runtime's reply could not be held (limit {self.relay.held.limit} "
+                                "bytes held by the relay); try again", False)
         body = message_body(st.reply_body)
         if body is None:
             raise UpstreamError(grpc.StatusCode.INTERNAL,
@@ -88,7 +93,9 @@ class InterceptedCalls:
         return st.reply
 
     async def _send_request(self, st: Intercepted, data: bytes) -> None:
-        self._settle_request(st, len(data))
+        # The client had its window back as the request arrived; the runtime's
+        # grants for what it gets now are not the client's to have again.
+        self.grant_debt += len(data)
         pos = 0
         while True:
             room = min(self.runtime_window, st.window, self.runtime_max_frame, len(data) - pos)
@@ -107,15 +114,6 @@ class InterceptedCalls:
             if last:
                 return
 
-    def _settle_request(self, st: Intercepted, sent: int) -> None:
-        """The client spent `st.swallowed` of its window; the runtime sees `sent`."""
-        diff = st.swallowed - sent
-        st.swallowed = 0
-        if diff > 0:
-            self.client.send(h2.window_update(0, diff))
-        elif diff < 0:
-            self.grant_debt -= diff
-
     def _pass_reply(self, st: Intercepted) -> None:
         """The runtime's reply goes to the client as it was sent."""
         if st.finished or self.closed:
@@ -129,18 +127,17 @@ class InterceptedCalls:
             return
         st.finished = True
         if not st.forwarded:
-            self._settle_request(st, 0)
             if not st.reset:
                 self.runtime.send(h2.rst_stream(st.sid))
         elif not st.done.done():
             self.runtime.send(h2.rst_stream(st.sid))
         st.held.clear()
         self._drop_runtime_frames(st.sid)
+        self._end(st.sid)
         if st.headers_sent:
             self.client.send(h2.trailers(st.sid, code, message))
         else:
             self.client.send(h2.trailers_only(st.sid, code, message))
-        self._end(st.sid)
 
     def _flush_finished(self) -> None:
         """Sends the held replies of finished calls once the runtime has completed them."""
@@ -150,9 +147,9 @@ class InterceptedCalls:
         keep = []
         for st in ready:
             if st.done.done() and not self.closed:
+                self._end(st.sid)  # first: once the client has its answer, the call holds nothing
                 self.client.send(b"".join(st.held))
                 st.held.clear()
-                self._end(st.sid)
             elif not self.closed:
                 keep.append(st)
         ready[:] = keep

@@ -15,8 +15,9 @@ from cri_resmgr import sockets
 from cri_resmgr.criapi import MethodTable, split_path
 from cri_resmgr.h2.calls import DUMP, INTERCEPT, PASS, REFUSE, Route
 from cri_resmgr.h2.connection import Connection
+from cri_resmgr.h2.limits import HeldBudget, Limits
 from cri_resmgr.h2.unreachable import Unreachable
-from cri_resmgr.intercept import InterceptionTable
+from cri_resmgr.intercept import FailureLog, InterceptionTable
 from cri_resmgr.relay import DumpSink
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,8 @@ class FrameRelay:
 
     def __init__(self, socket_path: str, upstream_path: str, methods: MethodTable,
                  interceptors: InterceptionTable | None = None, dumper: DumpSink | None = None,
-                 socket_like: str | None = None, runtime_enabled: bool = True, image_enabled: bool = True):
+                 socket_like: str | None = None, runtime_enabled: bool = True, image_enabled: bool = True,
+                 limits: Limits = Limits()):
         self.socket_path = sockets.strip_scheme(socket_path)
         self.upstream_path = sockets.strip_scheme(upstream_path)
         self.methods = methods
@@ -35,10 +37,15 @@ class FrameRelay:
         self._dumper = dumper
         self._socket_like = socket_like
         self._enabled = {"RuntimeService": runtime_enabled, "ImageService": image_enabled}
-        self._routes: dict[bytes, Route] = {}
+        self._routes: dict[bytes, Route] = {}  # known methods only, so bounded
         self._call_ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Connection] = set()
+        self.limits = limits
+        self.held = HeldBudget(limits.held_total)
+        self.failures = FailureLog(log)
+        self.clients = 0  # client connections open, relayed or not
+        self._turned_away_logged = -60.0
 
     # -- configuration -------------------------------------------------------------
 
@@ -53,7 +60,9 @@ class FrameRelay:
     def route(self, raw_path: bytes) -> Route:
         r = self._routes.get(raw_path)
         if r is None:
-            r = self._routes[raw_path] = self._build(raw_path.decode("utf-8", "replace"))
+            r = self._build(raw_path.decode("utf-8", "replace"))
+            if r.method is not None:  # a client's made-up paths are not kept
+                self._routes[raw_path] = r
         return r
 
     def _build(self, path: str) -> Route:
@@ -75,6 +84,17 @@ class FrameRelay:
 
     def call_id(self) -> int:
         return next(self._call_ids)
+
+    def admit(self) -> bool:
+        """Counts a new client connection in; False (logged once a minute) beyond the limit."""
+        if self.clients >= self.limits.max_connections:
+            now = time.monotonic()
+            if now - self._turned_away_logged >= 60:
+                self._turned_away_logged = now
+                log.warning("turning client connections away: %d open, the limit", self.clients)
+            return False
+        self.clients += 1
+        return True
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -116,9 +136,14 @@ class _ClientSide(asyncio.Protocol):
         self.conn: Connection | None = None
         self.transport: asyncio.Transport | None = None
         self._connecting: asyncio.Task | None = None
+        self.admitted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.admitted = self.relay.admit()
+        if not self.admitted:
+            transport.close()
+            return
         self.transport.pause_reading()  # until the runtime side is connected
         self._connecting = asyncio.ensure_future(self._connect())
 
@@ -144,6 +169,8 @@ class _ClientSide(asyncio.Protocol):
         self.conn.from_client(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted:
+            self.relay.clients -= 1
         if self.conn is not None:
             self.conn.client_lost()
 

@@ -28,7 +28,7 @@ class Unreachable:
         self.preface = False
         self.last_stream = 0
         self.closed = False
-        self.open: set[int] = set()
+        self.block: int | None = None  # the stream whose header block is unfinished
         client.write(h2.settings_frame(b""))
         self._watch = asyncio.ensure_future(self._wait_for_runtime())
 
@@ -78,26 +78,36 @@ class Unreachable:
                 return
             self.preface = True
             pos = len(h2.PREFACE)
-        out = []
+        out: list[bytes] = []
         done = pos
-        for pos, end, ftype, flags, sid in h2.complete_frames(buf, pos):
-            length = end - pos - h2.HEADER_LEN
-            done = end
-            if ftype == h2.SETTINGS and not flags & h2.ACK:
-                out.append(h2.frame(h2.SETTINGS, h2.ACK, 0))
-            elif ftype == h2.PING and not flags & h2.ACK:
-                out.append(h2.frame(h2.PING, h2.ACK, 0, bytes(buf[pos + 9:end])))
-            elif ftype == h2.DATA and length:
-                out.append(h2.window_update(0, length))
-            elif ftype == h2.HEADERS and sid > self.last_stream:
-                self.last_stream = sid
-                if flags & h2.END_HEADERS:
-                    out.append(self._unavailable(sid))
-                else:
-                    self.open.add(sid)
-            elif ftype == h2.CONTINUATION and flags & h2.END_HEADERS and sid in self.open:
-                self.open.discard(sid)
-                out.append(self._unavailable(sid))
+        try:
+            for pos, end, ftype, flags, sid in h2.complete_frames(buf, pos):
+                done = end
+                out += self._answer(ftype, flags, sid, bytes(buf[pos + 9:end]))
+        except ValueError as e:  # PeerError included
+            self.transport.write(h2.goaway(self.last_stream, getattr(e, "code", h2.PROTOCOL_ERROR)))
+            self.close()
+            return
         del buf[:done]
         if out:
             self.transport.write(b"".join(out))
+
+    def _answer(self, ftype: int, flags: int, sid: int, payload: bytes) -> list[bytes]:
+        """What the relay sends back for one client frame."""
+        if self.block is not None and (ftype != h2.CONTINUATION or sid != self.block):
+            raise h2.PeerError(f"frame of type {ftype} inside the header block of stream {self.block}")
+        if ftype == h2.SETTINGS and not flags & h2.ACK:
+            return [h2.frame(h2.SETTINGS, h2.ACK, 0)]
+        if ftype == h2.PING and not flags & h2.ACK:
+            return [h2.frame(h2.PING, h2.ACK, 0, payload)]
+        if ftype == h2.DATA and payload:
+            return [h2.window_update(0, len(payload))]
+        if ftype == h2.HEADERS and sid > self.last_stream:
+            self.last_stream = sid
+            if flags & h2.END_HEADERS:
+                return [self._unavailable(sid)]
+            self.block = sid
+        elif ftype == h2.CONTINUATION and flags & h2.END_HEADERS and sid == self.block:
+            self.block = None
+            return [self._unavailable(sid)]
+        return []

@@ -270,3 +270,24 @@ def test_metrics_endpoint(containerd, cgroup_root, workdir):
         assert "cri_resmgr_containers 2.0" in text
     finally:
         relay.stop()
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_pod_with_256k_of_annotations_starts_through_the_static_policy(containerd, cgroup_root, workdir, transport):
+    """Kubernetes allows 256 KiB of annotations (kubectl's last-applied-configuration
+    is often large): RunPodSandbox and CreateContainer carry them, intercepted, past
+    every flow-control window."""
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket),
+                         ["-force-config", str(cfg), "-relay-transport", transport]).start()
+    try:
+        with Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods", rpc_timeout=20) as k:
+            pod = guaranteed("annotated")
+            pod.annotations["kubectl.kubernetes.io/last-applied-configuration"] = "a" * (256 << 10)
+            h = k.start_pod(pod)
+            wait_cpuset(k, h.container_ids["c"], EXCLUSIVE or ALL)
+            [sandbox] = [p for p in k.list_pods() if p.id == h.sandbox_id]
+            assert len(sandbox.annotations["kubectl.kubernetes.io/last-applied-configuration"]) == 256 << 10
+            k.delete_pod(h)
+    finally:
+        relay.stop()

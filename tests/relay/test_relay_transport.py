@@ -14,6 +14,7 @@ import pytest
 from cri_resmgr import sockets
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.criapi import MethodTable
+from cri_resmgr.h2.limits import Limits
 from cri_resmgr.h2.relay import FrameRelay
 from cri_resmgr.relay import Relay
 from cri_resmgr.testing.loop import LoopThread
@@ -26,7 +27,7 @@ V1A2 = "/runtime.v1alpha2.RuntimeService/"
 
 
 class Setup:
-    def __init__(self, tmp_path, interceptors=None, image=True, transport="h2"):
+    def __init__(self, tmp_path, interceptors=None, image=True, transport="h2", limits=None):
         self.dir = tmp_path
         self.transport = transport
         self.loop = LoopThread()
@@ -36,6 +37,7 @@ class Setup:
         self.loop.run(self.fake.start())
         self.interceptors = interceptors or {}
         self.image = image
+        self.limits = limits or Limits()
         self.relay = None
         self.start_relay()
         self.channel = grpc.insecure_channel("unix://" + self.relay_sock, options=[
@@ -47,7 +49,7 @@ class Setup:
             up = Upstream(self.runtime_sock)
             if self.transport == "h2":
                 relay = FrameRelay(self.relay_sock, self.runtime_sock, MethodTable(), interceptors=self.interceptors,
-                                   socket_like=self.runtime_sock, image_enabled=self.image)
+                                   socket_like=self.runtime_sock, image_enabled=self.image, limits=self.limits)
             else:
                 relay = Relay(self.relay_sock, up, up if self.image else None, MethodTable(),
                               interceptors=self.interceptors, socket_like=self.runtime_sock)
