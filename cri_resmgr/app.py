@@ -9,16 +9,18 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from cri_resmgr import metrics, sockets
+from cri_resmgr import metrics
 from cri_resmgr.config import ConfigError
 from cri_resmgr.config_service import ConfigServer
 from cri_resmgr.control import ControlSettings, Controller
-from cri_resmgr.criapi import MethodTable
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.policy.registry import Registry
-from cri_resmgr.h2.relay import FrameRelay
-from cri_resmgr.relay import Relay
-from cri_resmgr.upstream import Upstream
+from cri_resmgr.transport import sockets
+from cri_resmgr.transport.contract import Transport
+from cri_resmgr.transport.framerelay.relay import FrameRelay
+from cri_resmgr.transport.grpcrelay import GrpcRelay
+from cri_resmgr.transport.methods import MethodTable
+from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +71,10 @@ def _separate_image_socket(settings: Settings) -> bool:
 
 
 def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | None,
-               methods: MethodTable, primary: Upstream) -> Relay | FrameRelay:
+               methods: MethodTable, primary: Upstream) -> Transport:
     """The transport: frames straight through when there is one upstream socket."""
     if settings.relay_transport == "grpc" or _separate_image_socket(settings):
-        return Relay(settings.relay_socket, runtime, image, methods, interceptors={},
+        return GrpcRelay(settings.relay_socket, runtime, image, methods, interceptors={},
                      socket_like=primary.path, runtime_enabled=runtime is not None)
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
                       runtime_enabled=runtime is not None, image_enabled=image is not None)

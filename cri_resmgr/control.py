@@ -149,7 +149,7 @@ class Controller:
         if new_dumper is not self.dumper:
             old = self.dumper
             self.dumper = new_dumper
-            self.relay.reconfigure(dumper=new_dumper, set_dumper=True)
+            self.relay.reconfigure(dumper=new_dumper)
             if old is not None:
                 old.close()
         if self._set_debug:

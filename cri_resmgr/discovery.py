@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from cri_resmgr import classify
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.upstream import Upstream
+from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.upstream import Upstream
+from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 

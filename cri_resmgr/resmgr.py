@@ -20,7 +20,7 @@ from cri_resmgr import classify
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.enforce import Enforcer
-from cri_resmgr.intercept import InterceptError, Interceptor, Request
+from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
 
 log = logging.getLogger(__name__)

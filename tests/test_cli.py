@@ -113,13 +113,13 @@ def test_runtime_wait_timeout_fails_clearly(tmp_path):
 @pytest.mark.parametrize("transport,image,expected", [
     ("auto", None, "FrameRelay"),
     ("auto", "-", "FrameRelay"),
-    ("auto", "/tmp/img.sock", "Relay"),
-    ("grpc", None, "Relay"),
+    ("auto", "/tmp/img.sock", "GrpcRelay"),
+    ("grpc", None, "GrpcRelay"),
     ("h2", "-", "FrameRelay"),
 ])
 def test_transport_choice(transport, image, expected):
     from cri_resmgr import app
-    from cri_resmgr.criapi import MethodTable
+    from cri_resmgr.transport.methods import MethodTable
 
     class FakeUpstream:  # make_relay reads only .path
         def __init__(self, path):

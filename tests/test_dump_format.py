@@ -10,7 +10,7 @@ import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr._proto import runtime_v1alpha2_pb2 as pb_alpha
-from cri_resmgr.criapi import MethodTable
+from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump.format import FORMATS, CountRecord, DropRecord, HumanFormat, JsonlFormat, NoteRecord
 from cri_resmgr.dump.redact import REDACTED, looks_secret, redact_envs
 from cri_resmgr.dump.rules import Level

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.criapi import MethodTable
+from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump import Dumper, DumpSpecError, Level
 
 RT = "/runtime.v1.RuntimeService/"

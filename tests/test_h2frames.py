@@ -9,8 +9,8 @@ import grpc
 import hpack
 import pytest
 
-from cri_resmgr.h2 import frames as h2
-from cri_resmgr.h2.headerblock import Reader
+from cri_resmgr.transport.framerelay import frames as h2
+from cri_resmgr.transport.framerelay.headerblock import Reader
 
 
 def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:

@@ -11,7 +11,7 @@ from hpack.hpack import encode_integer
 from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
-from cri_resmgr.h2.headerblock import BlockError, Reader, encode_literals
+from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader, encode_literals
 
 PATH = frozenset({b":path"})
 

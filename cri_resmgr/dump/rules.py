@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from cri_resmgr.criapi import split_path
+from cri_resmgr.transport.methods import split_path
 
 
 class Level(enum.Enum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, TextIO
 
-from cri_resmgr.criapi import Method, MethodTable, split_path
+from cri_resmgr.transport.methods import Method, MethodTable, split_path
 from cri_resmgr.dump.format import (REPLY, REQUEST, CallRecord, CountRecord, DropRecord, Formatter,
                                     NoteRecord, Record)
 from cri_resmgr.dump.names import (LEARNING_METHODS, REQUEST_KEEPING_METHODS, NameBook, learn_from_call,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from cri_resmgr import sockets
+from cri_resmgr.transport import sockets
 
 
 class RelayProcess:

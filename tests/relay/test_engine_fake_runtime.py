@@ -16,15 +16,15 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config import parse_document
 from cri_resmgr.control import ControlSettings, Controller
 from cri_resmgr.cpuset import CPUSet
-from cri_resmgr.criapi import MethodTable
+from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump import Dumper
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
-from cri_resmgr.relay import Relay
+from cri_resmgr.transport.grpcrelay import GrpcRelay
 from cri_resmgr.testing import sysfs
 from cri_resmgr.testing.kubelet import Kubelet, LinuxResources
 from cri_resmgr.testing.loop import LoopThread
 from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
-from cri_resmgr.upstream import Upstream
+from cri_resmgr.transport.upstream import Upstream
 
 from fake_cri import FakeCRI
 
@@ -48,7 +48,7 @@ class Engine:
 
         async def start():
             up = Upstream(self.fake.socket_path)
-            relay = Relay(self.relay_sock, up, up, MethodTable())
+            relay = GrpcRelay(self.relay_sock, up, up, MethodTable())
             ctl = Controller(settings, self.registry, relay, up,
                              lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact))
             await ctl.apply(parse_document(config, "test config", self.registry.names()))

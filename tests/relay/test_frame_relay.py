@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.intercept import InterceptError
+from cri_resmgr.transport.contract import InterceptError
 
 from test_relay_transport import V1, Setup
 
@@ -209,7 +209,7 @@ def test_dumps_of_passthrough_streamed_failed_and_intercepted_calls(make):
 
     s = make(interceptors={"CreateContainer": passthrough})
     rec = _Recorder()
-    s.relay.reconfigure(dumper=rec, set_dumper=True)
+    s.relay.reconfigure(dumper=rec)
     s.call(V1 + "Echo", b"hello")
     list(s.channel.unary_stream(V1 + "GetContainerEvents")(b""))
     with pytest.raises(grpc.RpcError):

@@ -11,13 +11,13 @@ import time
 import grpc
 import pytest
 
-from cri_resmgr import sockets
+from cri_resmgr.transport import sockets
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.criapi import MethodTable
-from cri_resmgr.h2.relay import FrameRelay
-from cri_resmgr.relay import Relay
+from cri_resmgr.transport.methods import MethodTable
+from cri_resmgr.transport.framerelay.relay import FrameRelay
+from cri_resmgr.transport.grpcrelay import GrpcRelay as Relay
 from cri_resmgr.testing.loop import LoopThread
-from cri_resmgr.upstream import Upstream
+from cri_resmgr.transport.upstream import Upstream
 
 from fake_runtime import SMALL_WINDOWS, FakeRuntime
 

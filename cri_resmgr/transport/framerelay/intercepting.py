@@ -10,9 +10,9 @@ from typing import Any
 
 import grpc
 
-from cri_resmgr.h2 import frames as h2
-from cri_resmgr.h2.calls import Intercepted, UpstreamError, message_body
-from cri_resmgr.intercept import InterceptError, Request
+from cri_resmgr.transport.framerelay import frames as h2
+from cri_resmgr.transport.framerelay.calls import Intercepted, UpstreamError, message_body
+from cri_resmgr.transport.contract import InterceptError, Request
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The relay transport: serves CRI on a unix socket and forwards to the runtime.
+"""The gRPC transport: serves CRI on a unix socket and forwards to the runtime.
 
 Every call is relayed as raw bytes with its metadata and deadline, and the
 runtime's status, details and trailing metadata come back unchanged. Only the
@@ -14,14 +14,15 @@ import itertools
 import logging
 import os
 import time
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator
 
 import grpc
 
-from cri_resmgr import sockets
-from cri_resmgr.criapi import Method, MethodTable, split_path
-from cri_resmgr.intercept import InterceptError, InterceptionTable, Request
-from cri_resmgr.upstream import MAX_MESSAGE_BYTES, Upstream
+from cri_resmgr.transport import sockets
+from cri_resmgr.transport.contract import (
+    UNCHANGED, DumpSink, InterceptError, InterceptionTable, Keep, Request)
+from cri_resmgr.transport.methods import Method, MethodTable, split_path
+from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,6 @@ SERVER_OPTIONS = (
 # Metadata that gRPC itself sets on the upstream call; forwarding would duplicate it.
 _HOP_METADATA = frozenset({"user-agent", "content-type", "te", "grpc-accept-encoding",
                            "grpc-encoding", "grpc-timeout", "authority", "host"})
-
-
-class DumpSink(Protocol):
-    def wants(self, path: str) -> bool: ...
-    def request(self, path: str, call_id: int, data: bytes) -> None: ...
-    def reply(self, path: str, call_id: int, data: bytes | None, latency: float,
-              code: grpc.StatusCode | None = None, details: str = "") -> None: ...
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
@@ -78,7 +72,7 @@ async def _stream_replies(call, context: grpc.aio.ServicerContext, path: str, ca
         context.set_trailing_metadata(tuple(trailing))
 
 
-class Relay:
+class GrpcRelay:
     """Serves RuntimeService and ImageService (all versions) on one socket."""
 
     def __init__(self, socket_path: str, runtime: Upstream, image: Upstream | None,
@@ -98,13 +92,14 @@ class Relay:
 
     # -- configuration -------------------------------------------------------
 
-    def reconfigure(self, interceptors: InterceptionTable | None = None,
-                    dumper: DumpSink | None = None, *, set_dumper: bool = False) -> None:
-        if interceptors is not None:
+    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+                    dumper: DumpSink | None | Keep = UNCHANGED) -> None:
+        """See contract.Transport.reconfigure."""
+        if interceptors is not UNCHANGED:
             self._interceptors = interceptors
-        if set_dumper:
+        if dumper is not UNCHANGED:
             self._dumper = dumper
-        self._handlers = {}
+        self._handlers = {}  # handlers bind the table and dumper they were built with
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -273,7 +268,7 @@ class Relay:
 class _Lookup(grpc.GenericRpcHandler):
     """gRPC asks this for every call; the relay answers from its handler cache."""
 
-    def __init__(self, relay: Relay):
+    def __init__(self, relay: GrpcRelay):
         self._relay = relay
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from cri_resmgr.h2 import frames as h2
+from cri_resmgr.transport.framerelay import frames as h2
 
 if TYPE_CHECKING:
-    from cri_resmgr.h2.relay import FrameRelay
+    from cri_resmgr.transport.framerelay.relay import FrameRelay
 
 _RETRY_CONNECT_SECONDS = 0.5
 

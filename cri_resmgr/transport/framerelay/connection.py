@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from cri_resmgr.h2 import frames as h2
-from cri_resmgr.h2.calls import DUMP, PASS, REFUSE, Dumped, Intercepted, Refused
-from cri_resmgr.h2.headerblock import BlockError, Reader
-from cri_resmgr.h2.intercepting import InterceptedCalls
+from cri_resmgr.transport.framerelay import frames as h2
+from cri_resmgr.transport.framerelay.calls import DUMP, PASS, REFUSE, Dumped, Intercepted, Refused
+from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
+from cri_resmgr.transport.framerelay.intercepting import InterceptedCalls
 
 if TYPE_CHECKING:
-    from cri_resmgr.h2.relay import FrameRelay
+    from cri_resmgr.transport.framerelay.relay import FrameRelay
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,12 @@ import logging
 import os
 import time
 
-from cri_resmgr import sockets
-from cri_resmgr.criapi import MethodTable, split_path
-from cri_resmgr.h2.calls import DUMP, INTERCEPT, PASS, REFUSE, Route
-from cri_resmgr.h2.connection import Connection
-from cri_resmgr.h2.unreachable import Unreachable
-from cri_resmgr.intercept import InterceptionTable
-from cri_resmgr.relay import DumpSink
+from cri_resmgr.transport import sockets
+from cri_resmgr.transport.methods import MethodTable, split_path
+from cri_resmgr.transport.framerelay.calls import DUMP, INTERCEPT, PASS, REFUSE, Route
+from cri_resmgr.transport.framerelay.connection import Connection
+from cri_resmgr.transport.framerelay.unreachable import Unreachable
+from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +41,11 @@ class FrameRelay:
 
     # -- configuration -------------------------------------------------------------
 
-    def reconfigure(self, interceptors: InterceptionTable | None = None,
-                    dumper: DumpSink | None = None, *, set_dumper: bool = False) -> None:
-        if interceptors is not None:
+    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+                    dumper: DumpSink | None | Keep = UNCHANGED) -> None:
+        if interceptors is not UNCHANGED:
             self._interceptors = interceptors
-        if set_dumper:
+        if dumper is not UNCHANGED:
             self._dumper = dumper
         self._routes = {}
 

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import grpc
 
-from cri_resmgr.h2.headerblock import encode_literals
+from cri_resmgr.transport.framerelay.headerblock import encode_literals
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADER_LEN = 9
