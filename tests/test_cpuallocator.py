@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from cri_resmgr.cpuallocator import AllocationError, CPUAllocator, allocate
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator, allocate
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.testing.sysfs import fake_topology, generate
 from cri_resmgr.topology import discover
 

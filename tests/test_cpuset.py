@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from cri_resmgr.cpuset import CPUSet, format_cpulist, parse_cpulist
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist, parse_cpulist
 
 
 @pytest.mark.parametrize(

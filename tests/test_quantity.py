@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from cri_resmgr.quantity import parse_bytes, parse_cpu_milli, parse_quantity
+from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.testing.sysfs import fake_topology, generate, layout
 from cri_resmgr.topology import CPUInfo, NumaNode, Topology, TopologyError, discover
 

@@ -12,7 +12,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from cri_resmgr.classify import DEFAULT_RESERVED_NAMESPACES
+# Pods in these namespaces (globs) run on the reserved CPUs (policy.ReservedPoolNamespaces).
+DEFAULT_RESERVED_NAMESPACES: tuple[str, ...] = ("kube-system",)
 
 
 class ConfigError(ValueError):

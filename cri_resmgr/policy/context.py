@@ -23,10 +23,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from cri_resmgr.cpuallocator import CPUAllocator
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuallocator import CPUAllocator
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import PolicyContext
-from cri_resmgr.quantity import parse_cpu_milli
+from cri_resmgr.policy.quantity import parse_cpu_milli
 from cri_resmgr.topology import Topology
 
 __all__ = ["ConfigValueError", "build_context", "parse_available_cpus", "parse_reserved_cpus"]

@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from cri_resmgr.cpuallocator import CPUAllocator
+from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload, QoS
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import (

@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Iterable
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import default_registry

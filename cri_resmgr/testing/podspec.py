@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from cri_resmgr.quantity import parse_bytes, parse_cpu_milli
+from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 from cri_resmgr.testing.images import BUSYBOX_IMAGE
 
 GUARANTEED = "Guaranteed"

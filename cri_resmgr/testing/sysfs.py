@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
-from cri_resmgr.cpuset import CPUSet, format_cpulist
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 from cri_resmgr.topology import CPUInfo, NumaNode, Topology
 
 __all__ = ["generate", "fake_topology", "Layout", "layout"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 
 __all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey"]
 

@@ -63,7 +63,7 @@ class Upstream:
 
     async def call(self, path: str, request: Message, reply_type: type[Message],
                    timeout: float | None = 10.0) -> Message:
-        """A typed unary call the relay makes on its own (discovery, updates)."""
+        """A typed unary call the relay makes on its own (start-up adoption, updates)."""
         data = await self.unary(path)(request.SerializeToString(), timeout=timeout)
         return reply_type.FromString(data)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from cri_resmgr.config_service import ConfigServer
+from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.testing.kubeapi import FakeKubeAPI, rbac_authorizer
 from cri_resmgr_agent.kube import new_api_client
 from cri_resmgr_agent.node_agent import NodeAgent

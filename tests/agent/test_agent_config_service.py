@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from cri_resmgr.config_service import ConfigServer
+from cri_resmgr.config.service import ConfigServer
 from cri_resmgr_agent.relay_client import RelayConfigClient, RelayUnavailable
 
 

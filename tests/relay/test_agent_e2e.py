@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.testing.kubeapi import FakeKubeAPI
 from cri_resmgr.testing.kubelet import Kubelet
 from cri_resmgr.testing.podspec import ContainerSpec, PodSpec

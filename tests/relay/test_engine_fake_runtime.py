@@ -13,9 +13,9 @@ import grpc
 import pytest
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.config import parse_document
-from cri_resmgr.control import ControlSettings, Controller
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.config import Settings, parse_document
+from cri_resmgr.engine.controller import Controller
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump import Dumper
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
@@ -44,7 +44,7 @@ class Engine:
         self.kubelet = Kubelet("unix://" + self.relay_sock, cgroup_root="/crirm-fake-nonexistent/kubepods")
 
     def start_relay(self, config: str) -> None:
-        settings = ControlSettings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"))
+        settings = Settings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"))
 
         async def start():
             up = Upstream(self.fake.socket_path)

@@ -16,19 +16,20 @@ from typing import Callable
 import grpc
 from google.protobuf import json_format
 
-from cri_resmgr import classify
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.enforce import Enforcer
-from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
+from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
+from cri_resmgr.engine import classify
+from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
+from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
+from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 
 log = logging.getLogger(__name__)
 
 EXITED = pb.ContainerState.CONTAINER_EXITED
 # Saves are coalesced: at most one state write per this many seconds, written
 # and fsynced off the event loop, so kubelet's calls never wait on the disk.
-# A crash in between loses nothing that matters: start-up discovery adopts
+# A crash in between loses nothing that matters: start-up adoption takes in
 # containers the saved state does not know.
 SAVE_DELAY = 0.1
 
@@ -37,7 +38,7 @@ SAVE_DELAY = 0.1
 class Options:
     dry_run: bool = False
     fail_closed: bool = False
-    reserved_namespaces: tuple[str, ...] = classify.DEFAULT_RESERVED_NAMESPACES
+    reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES
 
 
 @dataclass

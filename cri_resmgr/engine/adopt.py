@@ -1,4 +1,4 @@
-"""Start-up discovery: learn the runtime's pods and containers before serving,
+"""Start-up adoption: learn the runtime's pods and containers before serving,
 and reconcile them with the saved state (new ones added, vanished ones dropped)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from cri_resmgr import classify
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.cache import Cache, ContainerRecord, PodRecord
+from cri_resmgr.engine import classify
+from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
         cpuset_cpus=str(cpu.get("cpus") or ""), cpuset_mems=str(cpu.get("mems") or ""))
 
 
-async def discover(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, Any]:
+async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, Any]:
     """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
     pods = await upstream.call(V1 + "ListPodSandbox", pb.ListPodSandboxRequest(), pb.ListPodSandboxResponse)
     live_pods = {}

@@ -14,15 +14,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.policy.api import QoS, Workload
-from cri_resmgr.quantity import parse_bytes, parse_cpu_milli
+from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 
 log = logging.getLogger(__name__)
 
 RESOURCES_ANNOTATION = "intel.com/resources"
 ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
 BOOLEAN_KEYS = ("prefer-isolated-cpus", "prefer-shared-cpus", "prefer-reserved-cpus")
-DEFAULT_RESERVED_NAMESPACES = ("kube-system",)
 
 _CGROUPFS_QOS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[^/]+/?$")
 _SYSTEMD_QOS = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[^/]+\.slice/?$")

@@ -16,10 +16,9 @@ from typing import Awaitable, Protocol
 import grpc
 
 from cri_resmgr._proto import config_pb2, config_pb2_grpc
+from cri_resmgr.config.settings import DEFAULT_CONFIG_SOCKET
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
 
 
 class ConfigApplier(Protocol):

@@ -10,44 +10,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from cri_resmgr import discovery
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.cache import Cache
-from cri_resmgr.config import Config, ConfigError, parse_document, parse_modules
-from cri_resmgr.enforce import Enforcer
+from cri_resmgr.config import Config, ConfigError, Settings, parse_document, parse_modules, sources
+from cri_resmgr.engine import adopt
+from cri_resmgr.engine.cache import Cache
+from cri_resmgr.engine.enforce import Enforcer
+from cri_resmgr.engine.resmgr import Options, ResourceManager
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import Registry
-from cri_resmgr.resmgr import Options, ResourceManager
 from cri_resmgr.topology import Topology, discover
+from cri_resmgr.transport.contract import Transport
+from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
-AGENT_CONFIG_FILE = "agent-config.json"
-
-
-@dataclass
-class ControlSettings:
-    policy_flag: str = "none"
-    state_dir: str = "/var/lib/cri-resmgr"
-    host_root: str = "/"
-    force_config: str | None = None
-    fallback_config: str | None = None
-    dry_run: bool = False
-    disable_policy_switch: bool = False
-    # Command-line dump settings; a configuration's dump module replaces them.
-    dump_specs: tuple[str, ...] = ()
-    dump_file: str | None = None
-    dump_format: str = "human"
-    dump_unredacted: bool = False
-
 
 class Controller:
-    def __init__(self, settings: ControlSettings, registry: Registry, relay, runtime,
+    """Builds the resource manager, policy and dumper a configuration asks for,
+    and swaps them into the transport."""
+
+    def __init__(self, settings: Settings, registry: Registry, relay: Transport, runtime: Upstream,
                  dumper_factory: Callable[..., Any], logger_setter: Callable[[bool], None] | None = None):
         self.settings = settings
         self.registry = registry
@@ -66,12 +50,8 @@ class Controller:
 
     # -- sources ----------------------------------------------------------------------
 
-    @property
-    def agent_config_path(self) -> Path:
-        return agent_config_path(self.settings)
-
     def initial_config(self) -> Config:
-        return initial_config(self.settings, self.registry)
+        return sources.initial_config(self.settings, self.registry.names())
 
     # -- applying -------------------------------------------------------------------------
 
@@ -84,14 +64,11 @@ class Controller:
             if modules:
                 await self.apply(parse_modules(modules, source, self.registry.names()))
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
-                await self.apply(without_agent(self.settings, self.registry.names()))
+                await self.apply(sources.without_agent(self.settings, self.registry.names()))
         except ConfigError as e:
             log.error("rejected configuration from %s: %s", source, e)
             return str(e)
-        if modules:
-            _write_json(self.agent_config_path, modules)
-        else:
-            self.agent_config_path.unlink(missing_ok=True)
+        sources.remember_agent_config(self.settings, modules)
         return None
 
     async def reload_forced(self) -> None:
@@ -101,7 +78,7 @@ class Controller:
             log.info("SIGHUP: no -force-config file to reload")
             return
         try:
-            await self.apply(parse_document(_read(path), path, self.registry.names()))
+            await self.apply(parse_document(sources.read_config_file(path), path, self.registry.names()))
             log.info("SIGHUP: reloaded %s", path)
         except ConfigError as e:
             log.error("SIGHUP: keeping the current configuration: %s", e)
@@ -111,7 +88,7 @@ class Controller:
             await self._apply(config)
 
     async def _apply(self, config: Config) -> None:
-        name = config.policy.active or self.settings.policy_flag
+        name = config.policy.active or self.settings.policy
         info = self.registry.lookup(name)
         if (self.config is not None and self.settings.disable_policy_switch
                 and info.name != self.policy_name):
@@ -162,7 +139,7 @@ class Controller:
         if d.specs:
             return (list(d.specs), d.file, d.format, not d.unredacted)
         s = self.settings
-        return (list(s.dump_specs), s.dump_file, s.dump_format, not s.dump_unredacted)
+        return (list(s.dump), s.dump_file, s.dump_format, not s.dump_unredacted)
 
     def topology(self) -> Topology:
         if self._topology is None:
@@ -193,7 +170,7 @@ class Controller:
                 if loaded is not None and loaded.policy != name:
                     log.info("policy changed from %s to %s since the last run: re-allocating every container",
                              loaded.policy, name)
-                await discovery.discover(self.runtime, cache, config.policy.reserved_namespaces)
+                await adopt.adopt(self.runtime, cache, config.policy.reserved_namespaces)
             options = Options(dry_run=self.settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self.enforcer, options, note=self._note)
@@ -224,61 +201,3 @@ class Controller:
             self.dumper.close()
             self.dumper = None
 
-
-def agent_config_path(settings: ControlSettings) -> Path:
-    return Path(settings.state_dir) / AGENT_CONFIG_FILE
-
-
-def initial_config(settings: ControlSettings, registry: Registry) -> Config:
-    """-force-config, then the last accepted agent configuration, then
-    -fallback-config, then built-in defaults."""
-    names = registry.names()
-    if settings.force_config:
-        return parse_document(_read(settings.force_config), settings.force_config, names)
-    saved = _saved_agent_config(agent_config_path(settings))
-    if saved is not None:
-        try:
-            return parse_modules(saved, "last agent configuration", names)
-        except ConfigError as e:
-            log.error("ignoring the saved agent configuration: %s", e)
-    return without_agent(settings, names)
-
-
-def without_agent(settings: ControlSettings, names: list[str]) -> Config:
-    """What is in force when no agent configuration applies."""
-    if settings.fallback_config:
-        return parse_document(_read(settings.fallback_config), settings.fallback_config, names)
-    return Config()
-
-
-def _saved_agent_config(path: Path) -> dict[str, str] | None:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        log.error("cannot read %s: %s", path, e)
-        return None
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        log.error("%s is not a saved agent configuration; ignoring it", path)
-        return None
-    return data
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.topology import Topology
 
 __all__ = ["AllocationError", "CPUAllocator", "allocate"]
