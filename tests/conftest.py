@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from cri_resmgr.testing.containerd import Containerd
-from cri_resmgr.testing.kubelet import Kubelet
+from tests.harness.containerd import Containerd
+from tests.harness.kubelet import Kubelet
 
 _NEEDED_BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
 

@@ -4,7 +4,7 @@ import pytest
 
 from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator, allocate
 from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.testing.sysfs import fake_topology, generate
+from tests.harness.sysfs import fake_topology, generate
 from cri_resmgr.topology import discover
 
 

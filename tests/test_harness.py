@@ -21,10 +21,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cri_resmgr.testing import cgroupfs, images
-from cri_resmgr.testing.containerd import Containerd, ContainerdError, teardown
-from cri_resmgr.testing.kubelet import Kubelet
-from cri_resmgr.testing.podspec import (
+from tests.harness import cgroupfs, images
+from tests.harness.containerd import Containerd, ContainerdError, teardown
+from tests.harness.kubelet import Kubelet
+from tests.harness.podspec import (
     BESTEFFORT,
     BURSTABLE,
     GUARANTEED,

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.testing.sysfs import fake_topology, generate, layout
+from tests.harness.sysfs import fake_topology, generate, layout
 from cri_resmgr.topology import CPUInfo, NumaNode, Topology, TopologyError, discover
 
 SYS = Path("sys/devices/system")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cri_resmgr.config.service import ConfigServer
-from cri_resmgr.testing.kubeapi import FakeKubeAPI, rbac_authorizer
+from tests.harness.kubeapi import FakeKubeAPI, rbac_authorizer
 from cri_resmgr_agent.kube import new_api_client
 from cri_resmgr_agent.node_agent import NodeAgent
 from cri_resmgr_agent.options import AgentOptions

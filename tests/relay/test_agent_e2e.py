@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.testing.kubeapi import FakeKubeAPI
-from cri_resmgr.testing.kubelet import Kubelet
-from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
-from cri_resmgr.testing.relayproc import RelayProcess
+from tests.harness.kubeapi import FakeKubeAPI
+from tests.harness.kubelet import Kubelet
+from tests.harness.podspec import ContainerSpec, PodSpec
+from tests.harness.relayproc import RelayProcess
 from cri_resmgr.topology import discover
 
 ONLINE = discover("/").online

@@ -20,10 +20,10 @@ from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump import Dumper
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
 from cri_resmgr.transport.grpcrelay import GrpcRelay
-from cri_resmgr.testing import sysfs
-from cri_resmgr.testing.kubelet import Kubelet, LinuxResources
-from cri_resmgr.testing.loop import LoopThread
-from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
+from tests.harness import sysfs
+from tests.harness.kubelet import Kubelet, LinuxResources
+from tests.harness.loop import LoopThread
+from tests.harness.podspec import ContainerSpec, PodSpec
 from cri_resmgr.transport.upstream import Upstream
 
 from fake_cri import FakeCRI

@@ -12,10 +12,10 @@ import grpc
 import pytest
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.testing import cgroupfs
-from cri_resmgr.testing.kubelet import Kubelet
-from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
-from cri_resmgr.testing.relayproc import RelayProcess
+from tests.harness import cgroupfs
+from tests.harness.kubelet import Kubelet
+from tests.harness.podspec import ContainerSpec, PodSpec
+from tests.harness.relayproc import RelayProcess
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.framerelay.relay import FrameRelay
 from cri_resmgr.transport.grpcrelay import GrpcRelay as Relay
-from cri_resmgr.testing.loop import LoopThread
+from tests.harness.loop import LoopThread
 from cri_resmgr.transport.upstream import Upstream
 
 from fake_runtime import SMALL_WINDOWS, FakeRuntime

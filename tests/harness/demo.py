@@ -16,11 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cri_resmgr.testing import cgroupfs
-from cri_resmgr.testing.containerd import Containerd
-from cri_resmgr.testing.kubelet import Kubelet
-from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
-from cri_resmgr.testing.relayproc import RelayProcess
+from tests.harness import cgroupfs
+from tests.harness.containerd import Containerd
+from tests.harness.kubelet import Kubelet
+from tests.harness.podspec import ContainerSpec, PodSpec
+from tests.harness.relayproc import RelayProcess
 from cri_resmgr.topology import discover
 
 

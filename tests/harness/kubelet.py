@@ -5,7 +5,7 @@ Requests carry what kubelet puts in them: its labels and annotations, sandbox
 metadata, an empty hostname for host-network pods, a per-pod log directory,
 the QoS-class cgroup parent (cgroupfs driver form, under a configurable root)
 and LinuxContainerResources derived from requests and limits
-(see cri_resmgr.testing.podspec).
+(see tests.harness.podspec).
 
     with Kubelet(containerd.address, cgroup_root="/crirm-test-1/kubepods") as kubelet:
         pod = kubelet.start_pod({"name": "web", "containers": [
@@ -31,8 +31,8 @@ from typing import Any, Mapping
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2, runtime_v1_pb2_grpc, runtime_v1alpha2_pb2, runtime_v1alpha2_pb2_grpc
-from cri_resmgr.testing import cgroupfs
-from cri_resmgr.testing.podspec import (
+from tests.harness import cgroupfs
+from tests.harness.podspec import (
     DEFAULT_COMMAND,
     ContainerSpec,
     LinuxResources,

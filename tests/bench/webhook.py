@@ -5,7 +5,7 @@ The webhook runs as its own process (as deployed), with certificates from
 scripts/webhook-certs.sh; the clients are threads of this process, each
 with one connection. Bounded in count and time; loopback only.
 
-    python -m cri_resmgr.testing.bench_webhook [--clients 16] [--reviews 4000]
+    python -m tests.bench.webhook [--clients 16] [--reviews 4000]
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m cri_resmgr.testing.bench [--only relay|policy|webhook ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|webhook ...] [--json FILE]
 
 Sections:
-  relay    the relay process vs direct containerd (cri_resmgr.testing.bench_relay)
+  relay    the relay process vs direct containerd (tests.bench.relay)
   policy   static / static-plus decision latency on a generated 512-CPU machine
-           (cri_resmgr.testing.bench_policy)
-  webhook  admission reviews/s and latency over TLS (cri_resmgr.testing.bench_webhook)
+           (tests.bench.policy)
+  webhook  admission reviews/s and latency over TLS (tests.bench.webhook)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -27,8 +27,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from cri_resmgr.testing import bench_policy, bench_relay
-from cri_resmgr.testing.bench_relay import format_table
+from tests.bench import policy as bench_policy
+from tests.bench import relay as bench_relay
+from tests.bench.relay import format_table
 
 __all__ = ["SECTIONS", "Section", "run_sections", "main"]
 
@@ -84,14 +85,14 @@ _WEBHOOK_ARGS = {"max_seconds": 60.0}  # its own defaults otherwise
 def _run_webhook(log: Log) -> dict[str, Any]:
     # Being finished elsewhere: import late, and pass only the arguments its
     # run() accepts.
-    module = importlib.import_module("cri_resmgr.testing.bench_webhook")
+    module = importlib.import_module("tests.bench.webhook")
     accepted = inspect.signature(module.run).parameters
     return module.run(**{k: v for k, v in _WEBHOOK_ARGS.items() if k in accepted})
 
 
 def _format_webhook(result: dict[str, Any]) -> str:
     try:
-        module = importlib.import_module("cri_resmgr.testing.bench_webhook")
+        module = importlib.import_module("tests.bench.webhook")
         return module.format_table(result)
     except (ImportError, AttributeError, KeyError):
         return format_table(["webhook", "value"], [[k, v] for k, v in result.items()])
@@ -178,7 +179,7 @@ class _Signals:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cri_resmgr.testing.bench",
+    parser = argparse.ArgumentParser(prog="python -m tests.bench",
                                      description="Run the cri-resmgr benchmarks and print one table per section.")
     parser.add_argument("--only", action="append", choices=list(SECTIONS), metavar="SECTION",
                         help=f"run only this section (repeatable; one of {', '.join(SECTIONS)})")

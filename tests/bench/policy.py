@@ -11,7 +11,7 @@ nodes, 64 isolated CPUs) is discovered, then for each policy:
   reports every shared container (the worst case);
 * remove: all containers are released in random order.
 
-    python -m cri_resmgr.testing.bench_policy [--containers N] [--seed S]
+    python -m tests.bench.policy [--containers N] [--seed S]
 
 prints p50/p99/max wall-clock latency per phase and policy, and p50/p99 of
 the deciding thread's CPU time (which a busy machine's preemption does not
@@ -31,7 +31,7 @@ from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import default_registry
-from cri_resmgr.testing.sysfs import generate
+from tests.harness.sysfs import generate
 from cri_resmgr.topology import Topology, discover
 
 __all__ = ["build_topology", "run", "main"]

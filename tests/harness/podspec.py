@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
-from cri_resmgr.testing.images import BUSYBOX_IMAGE
+from tests.harness.images import BUSYBOX_IMAGE
 
 GUARANTEED = "Guaranteed"
 BURSTABLE = "Burstable"

@@ -16,7 +16,7 @@ real `cri-resmgr` process, in one run.
 The client sends pre-serialized requests over raw-bytes multicallables and
 does not decode replies, so its own protobuf cost does not mask the relay's.
 
-    python -m cri_resmgr.testing.bench_relay [--seconds 2] [--containers 100]
+    python -m tests.bench.relay [--seconds 2] [--containers 100]
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Any, Callable, Sequence
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.testing.containerd import Containerd
-from cri_resmgr.testing.kubelet import Kubelet
-from cri_resmgr.testing.podspec import ContainerSpec, PodSpec
-from cri_resmgr.testing.relayproc import RelayProcess
+from tests.harness.containerd import Containerd
+from tests.harness.kubelet import Kubelet
+from tests.harness.podspec import ContainerSpec, PodSpec
+from tests.harness.relayproc import RelayProcess
 
 __all__ = ["TARGETS", "run", "format_result", "format_table", "main"]
 
