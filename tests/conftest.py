@@ -38,6 +38,14 @@ def _instance_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
+@pytest.fixture
+def sockdir() -> Iterator[str]:
+    """A fresh directory for unix sockets, removed after the test."""
+    path = _instance_dir("cra-")
+    yield str(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def cgroup_root() -> str:
     """A cgroup path owned by this session; pods live below it."""

@@ -1,4 +1,4 @@
-"""The relay-side Config service (cri_resmgr.config_service) through the agent's client."""
+"""The relay-side Config service (cri_resmgr.config.service) through the agent's client."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ from cri_resmgr.topology import CPUInfo, NumaNode, Topology, TopologyError, disc
 SYS = Path("sys/devices/system")
 
 # Real-machine sysfs dumps kept beside the repository, never inside it.
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sysfs"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO.parent / "shared" / "fixtures" / "sysfs"
 # Only the files discovery reads: the full archives hold ~80k files and take
 # tens of seconds to write out.
 _WANTED = [

@@ -34,7 +34,7 @@ from tests.harness.podspec import (
     qos_class,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 GiB = 1 << 30
 
