@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 
+from cri_resmgr.errors import CriResmgrError
+
 _LINE = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*)(?:\s*[= ]\s*(?P<value>.*))?$")
 
 
-class OptionFileError(ValueError):
+class OptionFileError(CriResmgrError, ValueError):
     pass
 
 

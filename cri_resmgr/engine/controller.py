@@ -105,8 +105,10 @@ class Controller:
                                         reserved=config.policy.reserved_cpu,
                                         options=config.policy.sections.get(info.name, {}))
                 policy = info.factory(context)
-            except (ValueError, TypeError) as e:
+            except ValueError as e:  # ConfigValueError and the like: the configuration is wrong
                 raise ConfigError(f"{config.source}: {e}") from None
+            # Anything else (a TypeError above all) is a bug in the policy and propagates
+            # as one, rather than being reported as a rejected configuration.
         dump_cfg = self._dump_settings(config)
         new_dumper = self.dumper
         if self.config is None or dump_cfg != self._dump_settings(self.config):

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cri_resmgr.topology.cpuset import CPUSet
+from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology import Topology
+from cri_resmgr.topology.cpuset import CPUSet
 
 __all__ = ["AllocationError", "CPUAllocator", "allocate"]
 
@@ -35,7 +36,7 @@ __all__ = ["AllocationError", "CPUAllocator", "allocate"]
 _MACHINE, _PACKAGE, _DIE, _NODE, _CORE = range(5)
 
 
-class AllocationError(Exception):
+class AllocationError(CriResmgrError):
     """Not enough free CPUs for a request."""
 
     def __init__(self, requested: int, available: int, free: CPUSet) -> None:

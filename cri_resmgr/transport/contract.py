@@ -23,6 +23,8 @@ from typing import Awaitable, Callable, Final, Literal, Mapping, Protocol
 import grpc
 from google.protobuf.message import Message
 
+from cri_resmgr.errors import CriResmgrError
+
 # Sends a (possibly rewritten) request to the runtime on the caller's path,
 # metadata and deadline; returns the decoded reply or raises grpc.aio.AioRpcError.
 Forward = Callable[[Message], Awaitable[Message]]
@@ -40,7 +42,7 @@ Interceptor = Callable[[Request], Awaitable[Message]]
 InterceptionTable = Mapping[str, Interceptor]
 
 
-class InterceptError(Exception):
+class InterceptError(CriResmgrError):
     """Raised by an interceptor to fail the caller's request with a gRPC status."""
 
     def __init__(self, code: grpc.StatusCode, message: str):

@@ -9,13 +9,15 @@ import os
 import socket
 import stat
 
+from cri_resmgr.errors import CriResmgrError
+
 log = logging.getLogger(__name__)
 
 DIR_MODE = 0o711
 SOCKET_MODE = 0o660
 
 
-class SocketError(Exception):
+class SocketError(CriResmgrError):
     """A socket path cannot be used; the message says why and names the path."""
 
 
