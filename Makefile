@@ -11,13 +11,13 @@ deps:
 	@bash scripts/install-deps.sh
 
 demo: deps
-	$(PY) -m cri_resmgr.testing.demo
+	$(PY) -m tests.harness.demo
 
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: deps
-	$(PY) -m cri_resmgr.testing.bench
+	$(PY) -m tests.bench
 
 protos: deps
 	bash scripts/gen-protos.sh

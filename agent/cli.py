@@ -13,13 +13,14 @@ import signal
 import sys
 from typing import Sequence
 
+from cri_resmgr.errors import CriResmgrError
 from cri_resmgr_agent.options import AgentOptions
 from cri_resmgr_agent.readiness import probe
 
 log = logging.getLogger("cri_resmgr_agent")
 
 
-class UsageError(Exception):
+class UsageError(CriResmgrError):
     pass
 
 

@@ -16,12 +16,14 @@ from typing import Any, Iterable, Mapping
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from cri_resmgr.errors import CriResmgrError
+
 MERGE_PATCH = "application/merge-patch+json"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _CONFLICT_RETRIES = 5
 
 
-class NodeOpError(ValueError):
+class NodeOpError(CriResmgrError, ValueError):
     """The request itself is wrong (bad taint, empty name, ...)."""
 
 

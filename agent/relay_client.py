@@ -8,9 +8,10 @@ from typing import Mapping
 import grpc
 
 from cri_resmgr._proto import config_pb2, config_pb2_grpc
+from cri_resmgr.errors import CriResmgrError
 
 
-class RelayUnavailable(Exception):
+class RelayUnavailable(CriResmgrError):
     """The relay did not answer (not running, or restarting)."""
 
 

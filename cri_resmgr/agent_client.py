@@ -16,13 +16,14 @@ from typing import Any, Iterable, Mapping
 import grpc
 
 from cri_resmgr._proto import agent_pb2, agent_pb2_grpc
+from cri_resmgr.errors import CriResmgrError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
 
-class AgentError(Exception):
+class AgentError(CriResmgrError):
     """The agent answered, but could not do what was asked."""
 
     def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:

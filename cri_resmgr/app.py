@@ -5,47 +5,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass, field
 
 import yaml
 
-from cri_resmgr import metrics, sockets
-from cri_resmgr.config import ConfigError
-from cri_resmgr.config_service import ConfigServer
-from cri_resmgr.control import ControlSettings, Controller
-from cri_resmgr.criapi import MethodTable
+from cri_resmgr import metrics
+from cri_resmgr.config import ConfigError, Settings
+from cri_resmgr.config.service import ConfigServer
+from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
+from cri_resmgr.engine.controller import Controller
 from cri_resmgr.policy.registry import Registry
-from cri_resmgr.h2.relay import FrameRelay
-from cri_resmgr.relay import Relay
-from cri_resmgr.upstream import Upstream
+from cri_resmgr.transport import sockets
+from cri_resmgr.transport.contract import Transport
+from cri_resmgr.transport.framerelay.relay import FrameRelay
+from cri_resmgr.transport.grpcrelay import GrpcRelay
+from cri_resmgr.transport.methods import MethodTable
+from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
-DISABLED = "-"
 STOP_GRACE_SECONDS = 5.0
-
-
-@dataclass
-class Settings:
-    policy: str = "none"
-    relay_socket: str = "/var/run/cri-resmgr/cri-resmgr.sock"
-    runtime_socket: str = "/var/run/containerd/containerd.sock"
-    image_socket: str = "/var/run/containerd/containerd.sock"
-    config_socket: str = "/var/run/cri-resmgr/cri-resmgr-config.sock"
-    relay_transport: str = "auto"  # "h2", "grpc", or "auto": h2 when there is one upstream socket
-    dump: list[str] = field(default_factory=list)
-    dump_file: str | None = None
-    dump_format: str = "human"
-    dump_redact: bool = True
-    runtime_wait_timeout: float | None = None
-    metrics_address: str = ""
-    control: ControlSettings = field(default_factory=ControlSettings)
 
 
 def validate(settings: Settings) -> None:
     """Checks what can be checked before anything starts; raises ValueError."""
-    parse_specs(settings.dump)
+    parse_specs(list(settings.dump))
     if settings.runtime_socket == DISABLED and settings.image_socket == DISABLED:
         raise ValueError("both the runtime and the image service are disabled ('-'): nothing to relay")
     relay = sockets.strip_scheme(settings.relay_socket)
@@ -69,10 +53,10 @@ def _separate_image_socket(settings: Settings) -> bool:
 
 
 def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | None,
-               methods: MethodTable, primary: Upstream) -> Relay | FrameRelay:
+               methods: MethodTable, primary: Upstream) -> Transport:
     """The transport: frames straight through when there is one upstream socket."""
     if settings.relay_transport == "grpc" or _separate_image_socket(settings):
-        return Relay(settings.relay_socket, runtime, image, methods, interceptors={},
+        return GrpcRelay(settings.relay_socket, runtime, image, methods, interceptors={},
                      socket_like=primary.path, runtime_enabled=runtime is not None)
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
                       runtime_enabled=runtime is not None, image_enabled=image is not None)
@@ -141,7 +125,7 @@ async def run(settings: Settings, registry: Registry) -> int:
     def make_dumper(specs, file, fmt, redact):
         return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods)
 
-    controller = Controller(settings.control, registry, relay, runtime or image, make_dumper, _set_debug)
+    controller = Controller(settings, registry, relay, runtime or image, make_dumper, _set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:

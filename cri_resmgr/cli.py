@@ -11,14 +11,12 @@ import click
 import yaml
 
 from cri_resmgr import app
-from cri_resmgr.config_service import DEFAULT_CONFIG_SOCKET
-from cri_resmgr.control import ControlSettings, initial_config
-from cri_resmgr.options import OptionFileError, expand_config
+from cri_resmgr.config import Settings
+from cri_resmgr.config.options import OptionFileError, expand_config
+from cri_resmgr.config.settings import (DEFAULT_CONFIG_SOCKET, DEFAULT_RELAY_SOCKET, DEFAULT_RUNTIME_SOCKET,
+                                        DEFAULT_STATE_DIR)
+from cri_resmgr.config.sources import initial_config
 from cri_resmgr.policy.registry import UnknownPolicy, default_registry
-
-DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
-DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
-DEFAULT_STATE_DIR = "/var/lib/cri-resmgr"
 
 PROG = "cri-resmgr"
 
@@ -86,37 +84,29 @@ def command(**kw) -> None:
         path = kw[flag]
         if path is not None and not os.access(path, os.R_OK):
             raise click.BadParameter(f"cannot read {path}", param_hint="-" + flag.replace("_", "-"))
-    control = ControlSettings(
-        policy_flag=kw["policy"],
-        state_dir=kw["state_dir"],
-        host_root=kw["host_root"],
-        force_config=kw["force_config"],
-        fallback_config=kw["fallback_config"],
-        dry_run=kw["dry_run"],
-        disable_policy_switch=kw["disable_policy_switch"],
-        dump_specs=tuple(kw["dump"]),
-        dump_file=kw["dump_file"],
-        dump_format=kw["dump_format"],
-        dump_unredacted=kw["dump_unredacted"],
-    )
-    settings = app.Settings(
+    settings = Settings(
         policy=kw["policy"],
         relay_socket=kw["relay_socket"],
         runtime_socket=kw["runtime_socket"],
         image_socket=kw["image_socket"] if kw["image_socket"] is not None else kw["runtime_socket"],
         config_socket=kw["config_socket"],
         relay_transport=kw["relay_transport"],
-        dump=list(kw["dump"]),
-        dump_file=kw["dump_file"],
-        dump_format=kw["dump_format"],
-        dump_redact=not kw["dump_unredacted"],
         runtime_wait_timeout=kw["runtime_wait_timeout"],
         metrics_address=kw["metrics_address"],
-        control=control,
+        dump=tuple(kw["dump"]),
+        dump_file=kw["dump_file"],
+        dump_format=kw["dump_format"],
+        dump_unredacted=kw["dump_unredacted"],
+        state_dir=kw["state_dir"],
+        host_root=kw["host_root"],
+        force_config=kw["force_config"],
+        fallback_config=kw["fallback_config"],
+        dry_run=kw["dry_run"],
+        disable_policy_switch=kw["disable_policy_switch"],
     )
     try:
         app.validate(settings)
-        config = initial_config(control, registry)
+        config = initial_config(settings, registry.names())
     except ValueError as e:  # ConfigError and DumpSpecError are ValueErrors
         raise click.UsageError(str(e)) from None
     if kw["print_config"]:

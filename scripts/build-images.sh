@@ -12,4 +12,4 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
 [ -x "$python" ] || python=python3  # the builder needs only the standard library
-PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m cri_resmgr.testing.images "$@"
+PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m tests.harness.images "$@"

@@ -10,4 +10,4 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
 [ -x "$python" ] || { echo "containerd-down: $python missing; run 'make deps' (or set PYTHON)" >&2; exit 1; }
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
-PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m cri_resmgr.testing.containerd down "$1"
+PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m tests.harness.containerd down "$1"

@@ -12,4 +12,4 @@ python=${PYTHON:-$repo/.venv/bin/python}
 [ -x "$python" ] || { echo "containerd-up: $python missing; run 'make deps' (or set PYTHON)" >&2; exit 1; }
 [ $# -ge 1 ] || { echo "usage: $0 DIR [--cgroup-root PATH]... [--snapshotter NAME] [--timeout SECONDS]" >&2; exit 2; }
 dir=$1; shift
-PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m cri_resmgr.testing.containerd up "$dir" "$@"
+PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} exec "$python" -m tests.harness.containerd up "$dir" "$@"

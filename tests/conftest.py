@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from cri_resmgr.testing.containerd import Containerd
-from cri_resmgr.testing.kubelet import Kubelet
+from tests.harness.containerd import Containerd
+from tests.harness.kubelet import Kubelet
 
 _NEEDED_BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
 
@@ -36,6 +36,14 @@ def _instance_dir(prefix: str) -> Path:
     # Short, under /tmp: the socket path must fit in sun_path (108 bytes),
     # which pytest's tmp_path does not guarantee.
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+@pytest.fixture
+def sockdir() -> Iterator[str]:
+    """A fresh directory for unix sockets, removed after the test."""
+    path = _instance_dir("cra-")
+    yield str(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cri_resmgr.options import OptionFileError, expand_config, read_option_file
+from cri_resmgr.config.options import OptionFileError, expand_config, read_option_file
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -113,13 +113,14 @@ def test_runtime_wait_timeout_fails_clearly(tmp_path):
 @pytest.mark.parametrize("transport,image,expected", [
     ("auto", None, "FrameRelay"),
     ("auto", "-", "FrameRelay"),
-    ("auto", "/tmp/img.sock", "Relay"),
-    ("grpc", None, "Relay"),
+    ("auto", "/tmp/img.sock", "GrpcRelay"),
+    ("grpc", None, "GrpcRelay"),
     ("h2", "-", "FrameRelay"),
 ])
 def test_transport_choice(transport, image, expected):
     from cri_resmgr import app
-    from cri_resmgr.criapi import MethodTable
+    from cri_resmgr.config import Settings
+    from cri_resmgr.transport.methods import MethodTable
 
     class FakeUpstream:  # make_relay reads only .path
         def __init__(self, path):
@@ -127,8 +128,8 @@ def test_transport_choice(transport, image, expected):
 
     runtime = FakeUpstream("/tmp/rt.sock")
     image_up = runtime if image is None else (None if image == "-" else FakeUpstream(image))
-    settings = app.Settings(relay_socket="/tmp/relay.sock", runtime_socket=runtime.path,
-                            image_socket=image or runtime.path, relay_transport=transport)
+    settings = Settings(relay_socket="/tmp/relay.sock", runtime_socket=runtime.path,
+                        image_socket=image or runtime.path, relay_transport=transport)
     app.validate(settings)
     relay = app.make_relay(settings, runtime, image_up, MethodTable(), runtime)
     assert type(relay).__name__ == expected

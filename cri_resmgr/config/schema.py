@@ -12,10 +12,13 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from cri_resmgr.classify import DEFAULT_RESERVED_NAMESPACES
+from cri_resmgr.errors import CriResmgrError
+
+# Pods in these namespaces (globs) run on the reserved CPUs (policy.ReservedPoolNamespaces).
+DEFAULT_RESERVED_NAMESPACES: tuple[str, ...] = ("kube-system",)
 
 
-class ConfigError(ValueError):
+class ConfigError(CriResmgrError, ValueError):
     pass
 
 

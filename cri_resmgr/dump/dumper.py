@@ -16,10 +16,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterable, TextIO
 
-from cri_resmgr.criapi import MethodTable
 from cri_resmgr.dump.format import FORMATS
 from cri_resmgr.dump.rules import Level, Rules, parse_specs
 from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Writer
+from cri_resmgr.transport.methods import MethodTable
 
 if TYPE_CHECKING:
     import grpc

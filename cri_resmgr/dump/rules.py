@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from cri_resmgr.criapi import split_path
+from cri_resmgr.errors import CriResmgrError
+from cri_resmgr.transport.methods import split_path
 
 
 class Level(enum.Enum):
@@ -55,7 +56,7 @@ _EXACT_PATH = re.compile(r"/[A-Za-z0-9_.]+/[A-Za-z_][A-Za-z0-9_]*")
 _LEVEL_WORD = re.compile(r"[A-Za-z]+")
 
 
-class DumpSpecError(ValueError):
+class DumpSpecError(CriResmgrError, ValueError):
     """A dump spec that cannot be parsed; the message names the offending item."""
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, TextIO
 
-from cri_resmgr.criapi import Method, MethodTable, split_path
 from cri_resmgr.dump.format import (REPLY, REQUEST, CallRecord, CountRecord, DropRecord, Formatter,
                                     NoteRecord, Record)
 from cri_resmgr.dump.names import (LEARNING_METHODS, REQUEST_KEEPING_METHODS, NameBook, learn_from_call,
                                    request_qualifier)
 from cri_resmgr.dump.rules import Level
+from cri_resmgr.transport.methods import Method, MethodTable, split_path
 
 # Queue item kinds.  Items are plain tuples because the relay thread builds them.
 #   (REQ, path, call_id, data, wall_time, level)

@@ -5,7 +5,7 @@ ListContainers reply; the dump writer shares the GIL with the relay, so the
 human format emits the small YAML subset it needs itself: dicts, lists, str,
 int, float, bool, None.  Strings are written plain when PyYAML would read them
 back as the same string, else as JSON strings (valid YAML double-quoted
-scalars).  tests/test_dump_format.py round-trips the output through yaml.safe_load.
+scalars).  tests/dump/test_dump_format.py round-trips the output through yaml.safe_load.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology import Topology
+from cri_resmgr.topology.cpuset import CPUSet
 
 
 class QoS(str, enum.Enum):
@@ -101,5 +102,5 @@ class Policy(Protocol):
         """The state to persist."""
 
 
-class PolicyError(Exception):
+class PolicyError(CriResmgrError):
     pass

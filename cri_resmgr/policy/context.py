@@ -23,11 +23,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from cri_resmgr.cpuallocator import CPUAllocator
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.api import PolicyContext
-from cri_resmgr.quantity import parse_cpu_milli
+from cri_resmgr.policy.quantity import parse_cpu_milli
 from cri_resmgr.topology import Topology
+from cri_resmgr.topology.cpuallocator import CPUAllocator
+from cri_resmgr.topology.cpuset import CPUSet
 
 __all__ = ["ConfigValueError", "build_context", "parse_available_cpus", "parse_reserved_cpus"]
 
@@ -36,7 +37,7 @@ RESERVED_KEY = "policy.ReservedResources"
 CPUSET_PREFIX = "cpuset:"
 
 
-class ConfigValueError(ValueError):
+class ConfigValueError(CriResmgrError, ValueError):
     """A configuration value is wrong; the message names its key."""
 
 

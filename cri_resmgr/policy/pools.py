@@ -25,10 +25,10 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from cri_resmgr.cpuset import CPUSet, format_cpulist
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.topology import Topology
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 
 __all__ = [
     "Kind", "Member", "MemsOf", "Book", "PoolPolicy", "duplicate_keys", "option_bool", "check_options",

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from cri_resmgr.errors import CriResmgrError
+
 
 @dataclass(frozen=True)
 class PolicyInfo:
@@ -17,7 +19,7 @@ class PolicyInfo:
     aliases: tuple[str, ...] = field(default=())
 
 
-class UnknownPolicy(ValueError):
+class UnknownPolicy(CriResmgrError, ValueError):
     pass
 
 

@@ -1,4 +1,9 @@
-"""Hardware topology: the data model (`model`) and its sysfs reader (`discovery`)."""
+"""The hardware model: CPU sets (`cpuset`), the topology (`model`), its sysfs
+reader (`discovery`) and topology-aware CPU picking (`cpuallocator`).
+
+Everything here is plain data and computation with no knowledge of CRI,
+containers or policies; only `discovery` reads files.
+"""
 
 from .discovery import discover
 from .model import CoreKey, CPUInfo, NumaNode, Topology, TopologyError

@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 
 from .model import (
     DEFAULT_LOCAL_DISTANCE,

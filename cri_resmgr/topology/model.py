@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.errors import CriResmgrError
+from cri_resmgr.topology.cpuset import CPUSet
 
 __all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey"]
 
@@ -22,7 +23,7 @@ DEFAULT_LOCAL_DISTANCE = 10
 DEFAULT_REMOTE_DISTANCE = 20
 
 
-class TopologyError(ValueError):
+class TopologyError(CriResmgrError, ValueError):
     """The topology data is inconsistent or cannot be read."""
 
 

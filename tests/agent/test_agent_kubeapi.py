@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from cri_resmgr.testing.kubeapi import FakeKubeAPI, merge_patch, parse_label_selector
+from tests.harness.kubeapi import FakeKubeAPI, merge_patch, parse_label_selector
 from cri_resmgr_agent.kube import new_api_client
 
 NS = "kube-system"
@@ -202,7 +202,7 @@ def test_down_refuses_connections_and_up_serves_the_same_store(open_api):
 
 
 def test_rbac_authorizer_denies_what_the_rules_do_not_grant(sockdir):
-    from cri_resmgr.testing.kubeapi import rbac_authorizer
+    from tests.harness.kubeapi import rbac_authorizer
     authorize = rbac_authorizer({NS: [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}, [])
     api = FakeKubeAPI(authorizer=authorize).start()
     try:

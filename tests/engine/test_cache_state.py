@@ -3,8 +3,8 @@
 import json
 import os
 
-from cri_resmgr.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import Assignment, QoS, Workload
 
 

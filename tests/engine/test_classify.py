@@ -2,7 +2,7 @@
 
 import pytest
 
-from cri_resmgr import classify
+from cri_resmgr.engine import classify
 from cri_resmgr.policy.api import QoS
 
 

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from cri_resmgr.testing.sysfs import generate
+from tests.harness.sysfs import generate
 from cri_resmgr.topology import Topology, discover
 
 

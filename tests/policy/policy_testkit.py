@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cri_resmgr.cpuset import CPUSet, format_cpulist
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 from cri_resmgr.policy.api import (
     Assignment, Decision, PolicyContext, PolicyError, QoS, Resources, Workload,
 )

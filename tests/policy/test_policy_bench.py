@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cri_resmgr.testing import bench_policy
+from tests.bench import policy as bench_policy
 
 
 def test_bench_run_reports_every_phase_for_both_policies(make_topology):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.context import ConfigValueError, build_context
 
 
 @pytest.fixture(scope="module")
 def topo(tmp_path_factory):
-    from cri_resmgr.testing.sysfs import generate
+    from tests.harness.sysfs import generate
     from cri_resmgr.topology import discover
 
     root = tmp_path_factory.mktemp("ctxhost")
@@ -21,7 +21,7 @@ def topo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def topo_offline(tmp_path_factory):
-    from cri_resmgr.testing.sysfs import generate
+    from tests.harness.sysfs import generate
     from cri_resmgr.topology import discover
 
     root = tmp_path_factory.mktemp("ctxhost")

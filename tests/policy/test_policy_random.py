@@ -13,7 +13,7 @@ from policy_testkit import run_random
 
 @pytest.fixture(scope="module")
 def small_topology(tmp_path_factory):
-    from cri_resmgr.testing.sysfs import generate
+    from tests.harness.sysfs import generate
     from cri_resmgr.topology import discover
 
     root = tmp_path_factory.mktemp("smallhost")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cri_resmgr.cpuset import CPUSet
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import PolicyError, QoS
 from cri_resmgr.policy.context import ConfigValueError, build_context
 from cri_resmgr.policy.registry import default_registry

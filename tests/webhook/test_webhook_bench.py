@@ -1,7 +1,7 @@
 """The benchmark behind `make bench` still runs end to end (tiny load)."""
 from __future__ import annotations
 
-from cri_resmgr.testing.bench_webhook import format_table, run
+from tests.bench.webhook import format_table, run
 
 
 def test_benchmark_runs_and_every_review_is_patched_and_logged():

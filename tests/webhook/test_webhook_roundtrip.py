@@ -3,7 +3,7 @@ relay's classification of each container."""
 
 from __future__ import annotations
 
-from cri_resmgr import classify
+from cri_resmgr.engine import classify
 from cri_resmgr.policy.api import QoS
 
 

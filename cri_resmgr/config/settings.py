@@ -1,0 +1,46 @@
+"""The relay's settings from the command line (and its option file).
+
+One object for the front end and the engine's controller. Each field has the
+polarity of its flag (`dump_unredacted` for `-dump-unredacted`), so nothing
+is negated between the command line and its readers. The resource-manager
+configuration (YAML, from the agent or a file) is a different thing: see
+`schema.Config`, which may override the dump and policy settings here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
+DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
+DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
+DEFAULT_STATE_DIR = "/var/lib/cri-resmgr"
+
+DISABLED = "-"  # a socket setting that turns its service off
+
+
+@dataclass
+class Settings:
+    # The active policy unless the configuration's policy.Active names one.
+    policy: str = "none"
+    # Sockets: where kubelet connects, where the runtime and image services are
+    # (DISABLED turns one off), where the agent pushes configurations.
+    relay_socket: str = DEFAULT_RELAY_SOCKET
+    runtime_socket: str = DEFAULT_RUNTIME_SOCKET
+    image_socket: str = DEFAULT_RUNTIME_SOCKET
+    config_socket: str = DEFAULT_CONFIG_SOCKET
+    relay_transport: str = "auto"  # "h2", "grpc", or "auto": h2 when there is one upstream socket
+    runtime_wait_timeout: float | None = None  # None: wait forever
+    metrics_address: str = ""  # HOST:PORT; empty: no metrics
+    # Dumping, until a configuration's dump module replaces it.
+    dump: tuple[str, ...] = ()
+    dump_file: str | None = None
+    dump_format: str = "human"
+    dump_unredacted: bool = False
+    # The engine.
+    state_dir: str = DEFAULT_STATE_DIR
+    host_root: str = "/"
+    force_config: str | None = None
+    fallback_config: str | None = None
+    dry_run: bool = False
+    disable_policy_switch: bool = False

@@ -1,0 +1,106 @@
+"""Start-up adoption: learn the runtime's pods and containers before serving,
+and reconcile them with the saved state (new ones added, vanished ones dropped)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from google.protobuf import json_format
+
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.engine import classify
+from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
+from cri_resmgr.transport.upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+V1 = "/runtime.v1.RuntimeService/"
+CRIO_CGROUP_PARENT = "io.kubernetes.cri-o.CgroupParent"
+
+
+def cgroup_parent_from_info(info: dict[str, str]) -> str:
+    """containerd: info.config.linux.cgroup_parent; CRI-O: a runtime spec annotation."""
+    try:
+        data = json.loads(info.get("info", "{}"))
+    except json.JSONDecodeError:
+        return ""
+    parent = ((data.get("config") or {}).get("linux") or {}).get("cgroup_parent")
+    if parent:
+        return str(parent)
+    spec = data.get("runtimeSpec") or {}
+    parent = (spec.get("annotations") or {}).get(CRIO_CGROUP_PARENT)
+    return str(parent or "")
+
+
+def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
+    """The container's resources as its OCI runtime spec holds them."""
+    try:
+        data = json.loads(info.get("info", "{}"))
+    except json.JSONDecodeError:
+        return pb.LinuxContainerResources()
+    r = (((data.get("runtimeSpec") or {}).get("linux") or {}).get("resources") or {})
+    cpu, mem = r.get("cpu") or {}, r.get("memory") or {}
+    return pb.LinuxContainerResources(
+        cpu_period=int(cpu.get("period") or 0), cpu_quota=max(int(cpu.get("quota") or 0), 0),
+        cpu_shares=int(cpu.get("shares") or 0), memory_limit_in_bytes=max(int(mem.get("limit") or 0), 0),
+        cpuset_cpus=str(cpu.get("cpus") or ""), cpuset_mems=str(cpu.get("mems") or ""))
+
+
+async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, Any]:
+    """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
+    pods = await upstream.call(V1 + "ListPodSandbox", pb.ListPodSandboxRequest(), pb.ListPodSandboxResponse)
+    live_pods = {}
+    for p in pods.items:
+        if p.state != pb.PodSandboxState.SANDBOX_READY:
+            continue
+        known = cache.pods.get(p.id)
+        if known is None or not known.cgroup_parent:
+            status = await upstream.call(V1 + "PodSandboxStatus",
+                                         pb.PodSandboxStatusRequest(pod_sandbox_id=p.id, verbose=True),
+                                         pb.PodSandboxStatusResponse)
+            known = PodRecord(id=p.id, name=p.metadata.name, namespace=p.metadata.namespace,
+                              uid=p.metadata.uid, cgroup_parent=cgroup_parent_from_info(dict(status.info)),
+                              annotations=dict(status.status.annotations or p.annotations))
+        live_pods[p.id] = known
+    cache.pods = live_pods
+
+    listed = await upstream.call(V1 + "ListContainers", pb.ListContainersRequest(), pb.ListContainersResponse)
+    seen: set[str] = set()
+    added = kept = 0
+    for c in listed.containers:
+        if c.state == pb.ContainerState.CONTAINER_EXITED or c.pod_sandbox_id not in live_pods:
+            continue
+        seen.add(c.id)
+        record = cache.by_id(c.id)
+        if record is not None:
+            record.state = "running" if c.state == pb.ContainerState.CONTAINER_RUNNING else "created"
+            record.released = False
+            kept += 1
+            continue
+        pod = live_pods[c.pod_sandbox_id]
+        status = await upstream.call(V1 + "ContainerStatus",
+                                     pb.ContainerStatusRequest(container_id=c.id, verbose=True),
+                                     pb.ContainerStatusResponse)
+        res = resources_from_info(dict(status.info))
+        key = f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}"
+        w = classify.workload(
+            key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
+            cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
+            container_annotations=dict(c.annotations),
+            cri_resources=classify.requirements_from_cri(res.cpu_shares, res.cpu_quota, res.cpu_period,
+                                                         res.memory_limit_in_bytes),
+            reserved_namespaces=reserved_namespaces)
+        cache.add_container(ContainerRecord(
+            key=key, pod_id=c.pod_sandbox_id, name=c.metadata.name, workload=w, id=c.id,
+            state="running" if c.state == pb.ContainerState.CONTAINER_RUNNING else "created",
+            resources=json_format.MessageToDict(res, preserving_proto_field_name=True)))
+        added += 1
+    vanished = [r for r in cache if r.id not in seen]
+    for r in vanished:
+        cache.remove_container(r.key)
+    counts = {"pods": len(live_pods), "kept": kept, "added": added, "vanished": len(vanished)}
+    log.info("discovered %(pods)d pods; containers: %(kept)d restored, %(added)d new, "
+             "%(vanished)d gone since the last run", counts)
+    return counts

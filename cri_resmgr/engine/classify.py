@@ -1,0 +1,173 @@
+"""Turns what the CRI tells about a pod and container into a policy Workload.
+
+The CRI does not carry a container's requests and limits, only the
+LinuxContainerResources kubelet derived from them; the webhook copies the real
+ones into the pod annotation `intel.com/resources`, which wins when present.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
+from cri_resmgr.policy.api import QoS, Workload
+from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
+
+log = logging.getLogger(__name__)
+
+RESOURCES_ANNOTATION = "intel.com/resources"
+ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
+BOOLEAN_KEYS = ("prefer-isolated-cpus", "prefer-shared-cpus", "prefer-reserved-cpus")
+
+_CGROUPFS_QOS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[^/]+/?$")
+_SYSTEMD_QOS = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[^/]+\.slice/?$")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    cpu_request: int = 0  # milli-CPU
+    cpu_limit: int | None = None
+    memory_request: int = 0
+    memory_limit: int | None = None
+    source: str = "none"  # "annotation" or "cri"
+
+
+def qos_from_cgroup_parent(parent: str) -> QoS | None:
+    """kubelet encodes the pod's QoS class in its cgroup parent (cgroupfs or systemd form)."""
+    if not parent:
+        return None
+    m = _CGROUPFS_QOS.search(parent) or _SYSTEMD_QOS.search(parent)
+    if m is None:
+        return None
+    return {None: QoS.GUARANTEED, "burstable": QoS.BURSTABLE, "besteffort": QoS.BESTEFFORT}[m.group(1)]
+
+
+def parse_resources_annotation(value: str) -> dict[str, dict[str, dict[str, dict[str, str]]]]:
+    """Parses `intel.com/resources`; raises ValueError naming what is wrong."""
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{RESOURCES_ANNOTATION}: not JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{RESOURCES_ANNOTATION}: expected a JSON object")
+    out: dict[str, Any] = {}
+    for section in ("initContainers", "containers"):
+        containers = data.get(section) or {}
+        if not isinstance(containers, dict):
+            raise ValueError(f"{RESOURCES_ANNOTATION}: {section} must be an object")
+        out[section] = {}
+        for name, reqs in containers.items():
+            if not isinstance(reqs, dict):
+                raise ValueError(f"{RESOURCES_ANNOTATION}: {section}.{name} must be an object")
+            out[section][name] = {k: dict(reqs.get(k) or {}) for k in ("requests", "limits")}
+    return out
+
+
+def requirements_from_annotation(annotations: Mapping[str, str], container: str) -> Requirements | None:
+    value = annotations.get(RESOURCES_ANNOTATION)
+    if not value:
+        return None
+    parsed = parse_resources_annotation(value)
+    entry = parsed["containers"].get(container) or parsed["initContainers"].get(container)
+    if entry is None:
+        return None
+    req, lim = entry["requests"], entry["limits"]
+    # As in Kubernetes: a limit without a request makes the request equal the limit.
+    cpu_req = req.get("cpu", lim.get("cpu"))
+    mem_req = req.get("memory", lim.get("memory"))
+    return Requirements(
+        cpu_request=parse_cpu_milli(cpu_req) if cpu_req is not None else 0,
+        cpu_limit=parse_cpu_milli(lim["cpu"]) if "cpu" in lim else None,
+        memory_request=parse_bytes(mem_req) if mem_req is not None else 0,
+        memory_limit=parse_bytes(lim["memory"]) if "memory" in lim else None,
+        source="annotation",
+    )
+
+
+def requirements_from_cri(cpu_shares: int, cpu_quota: int, cpu_period: int, memory_limit: int) -> Requirements:
+    """Inverts kubelet's derivation: shares = milli*1024/1000, quota = milli*period/1000."""
+    request = round(cpu_shares * 1000 / 1024) if cpu_shares > 2 else 0
+    limit = None
+    if cpu_quota > 0 and cpu_period > 0:
+        limit = round(cpu_quota * 1000 / cpu_period)
+    return Requirements(
+        cpu_request=request,
+        cpu_limit=limit,
+        memory_request=0,
+        memory_limit=memory_limit or None,
+        source="cri",
+    )
+
+
+def qos_from_requirements(r: Requirements) -> QoS:
+    """A single container's view; used only when the cgroup parent says nothing."""
+    if r.cpu_request == 0 and r.cpu_limit is None and r.memory_limit is None:
+        return QoS.BESTEFFORT
+    if (r.cpu_limit is not None and r.cpu_request == r.cpu_limit
+            and r.memory_limit is not None and r.memory_request in (0, r.memory_limit)):
+        return QoS.GUARANTEED
+    return QoS.BURSTABLE
+
+
+def effective_annotation(pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
+                         key: str, container: str) -> str | None:
+    """`K/container.C`, then `K/pod`, then `K`, under the cri-resource-manager namespace."""
+    base = ANNOTATION_PREFIX + key
+    for candidate in (f"{base}/container.{container}", f"{base}/pod", base):
+        for source in (container_annotations, pod_annotations):
+            if candidate in source:
+                return source[candidate]
+    return None
+
+
+def parse_bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "yes", "1", "on"):
+        return True
+    if v in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def in_namespaces(namespace: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
+
+
+def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_parent: str,
+             pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
+             cri_resources: Requirements, reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES
+             ) -> Workload:
+    """Builds the policy's view of a container. Bad annotations are logged and ignored:
+    they never fail the request."""
+    where = f"{namespace}/{pod}:{container}"
+    reqs = cri_resources
+    try:
+        from_annotation = requirements_from_annotation(pod_annotations, container)
+        if from_annotation is not None:
+            reqs = from_annotation
+    except ValueError as e:
+        log.warning("%s: ignoring annotation %s: %s", where, RESOURCES_ANNOTATION, e)
+    qos = qos_from_cgroup_parent(cgroup_parent) or qos_from_requirements(reqs)
+    prefs: dict[str, bool | None] = {}
+    for key_name in BOOLEAN_KEYS:
+        raw = effective_annotation(pod_annotations, container_annotations, key_name, container)
+        prefs[key_name] = None
+        if raw is not None:
+            try:
+                prefs[key_name] = parse_bool(raw)
+            except ValueError as e:
+                log.warning("%s: ignoring annotation %s%s: %s", where, ANNOTATION_PREFIX, key_name, e)
+    return Workload(
+        key=key, namespace=namespace, pod=pod, name=container, qos=qos,
+        cpu_request=reqs.cpu_request, cpu_limit=reqs.cpu_limit,
+        memory_request=reqs.memory_request, memory_limit=reqs.memory_limit,
+        prefer_isolated=prefs["prefer-isolated-cpus"],
+        prefer_shared=prefs["prefer-shared-cpus"],
+        prefer_reserved=bool(prefs["prefer-reserved-cpus"]),
+        system=in_namespaces(namespace, reserved_namespaces),
+    )

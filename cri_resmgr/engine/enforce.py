@@ -1,0 +1,96 @@
+"""Sends the UpdateContainerResources calls the relay makes on its own.
+
+Updates are queued per container id and the newest wins, so a burst of
+decisions costs one call per container. Failures are retried with backoff and
+then logged; they never fail the kubelet call that caused them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.transport.upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+PATHS = ("/runtime.v1.RuntimeService/UpdateContainerResources",
+         "/runtime.v1alpha2.RuntimeService/UpdateContainerResources")
+
+
+class Enforcer:
+    def __init__(self, upstream: Upstream, attempts: int = 4, backoff: float = 0.5,
+                 timeout: float = 10.0):
+        self._upstream = upstream
+        self._attempts = attempts
+        self._backoff = backoff
+        self._timeout = timeout
+        self._pending: dict[str, pb.LinuxContainerResources] = {}
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task | None = None
+        self.sent = 0
+        self.failed = 0
+
+    def submit(self, container_id: str, resources: pb.LinuxContainerResources) -> None:
+        self._pending[container_id] = resources
+        self._idle.clear()
+        self._wakeup.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="enforcer")
+
+    async def flush(self) -> None:
+        """Waits until everything submitted so far has been sent or given up on."""
+        await self._idle.wait()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        try:
+            await asyncio.wait_for(self.flush(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("dropping %d unsent container updates at shutdown", len(self._pending))
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._pending:
+                container_id, resources = next(iter(self._pending.items()))
+                del self._pending[container_id]
+                await self._send(container_id, resources)
+            if not self._pending:
+                self._idle.set()
+
+    async def _send(self, container_id: str, resources: pb.LinuxContainerResources) -> None:
+        request = pb.UpdateContainerResourcesRequest(container_id=container_id, linux=resources)
+        delay = self._backoff
+        path = PATHS[0]
+        for attempt in range(1, self._attempts + 1):
+            if container_id in self._pending:
+                return  # superseded while we were retrying
+            try:
+                await self._upstream.call(path, request, pb.UpdateContainerResourcesResponse, self._timeout)
+                self.sent += 1
+                log.info("updated container %s: cpuset %s mems %s", container_id[:12],
+                         resources.cpuset_cpus, resources.cpuset_mems or "-")
+                return
+            except grpc.aio.AioRpcError as e:
+                code = e.code()
+                if code == grpc.StatusCode.UNIMPLEMENTED and path == PATHS[0]:
+                    path = PATHS[1]
+                    continue
+                if code == grpc.StatusCode.NOT_FOUND:
+                    log.info("container %s is gone; update dropped", container_id[:12])
+                    return
+                log.warning("updating container %s failed (attempt %d/%d): %s: %s", container_id[:12],
+                            attempt, self._attempts, code.name, e.details())
+            await asyncio.sleep(delay)
+            delay *= 2
+        self.failed += 1
+        log.error("giving up updating container %s to cpuset %s", container_id[:12], resources.cpuset_cpus)

@@ -1,0 +1,93 @@
+"""The contract between a transport and whatever decides and observes.
+
+Both transports (gRPC: `grpcrelay`, HTTP/2 frames: `framerelay`) and the layers
+above them meet only here, so neither transport imports the other and the
+engine does not know which one runs.
+
+Interception: the transport looks a call's short method name (e.g.
+"CreateContainer") up in a name-keyed table. No entry: the call is relayed as
+raw bytes and never parsed. An entry: the transport decodes the request (with
+runtime.v1 classes, as v1alpha2 is wire-identical), awaits the interceptor, and
+encodes what it returns.
+
+Dumping: a `DumpSink` is asked once per method path whether it wants the path's
+messages; if so it gets copies of them and the call's final status.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Final, Literal, Mapping, Protocol
+
+import grpc
+from google.protobuf.message import Message
+
+from cri_resmgr.errors import CriResmgrError
+
+# Sends a (possibly rewritten) request to the runtime on the caller's path,
+# metadata and deadline; returns the decoded reply or raises grpc.aio.AioRpcError.
+Forward = Callable[[Message], Awaitable[Message]]
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str  # short method name: "CreateContainer"
+    path: str  # the path the client called: "/runtime.v1alpha2.RuntimeService/CreateContainer"
+    message: Message
+    forward: Forward
+
+
+Interceptor = Callable[[Request], Awaitable[Message]]
+InterceptionTable = Mapping[str, Interceptor]
+
+
+class InterceptError(CriResmgrError):
+    """Raised by an interceptor to fail the caller's request with a gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class DumpSink(Protocol):
+    """Where a transport sends copies of the messages of the calls it is told to dump."""
+
+    def wants(self, path: str) -> bool: ...
+    def request(self, path: str, call_id: int, data: bytes) -> None: ...
+    def reply(self, path: str, call_id: int, data: bytes | None, latency: float,
+              code: grpc.StatusCode | None = None, details: str = "") -> None: ...
+
+
+class Unchanged(enum.Enum):
+    """The type of UNCHANGED. An enum rather than a bare object() so type checkers
+    can tell "keep what is in force" from a real value, None included."""
+
+    UNCHANGED = "unchanged"
+
+
+# reconfigure's default: keep what is in force. None is a value (no dumper).
+UNCHANGED: Final = Unchanged.UNCHANGED
+Keep = Literal[Unchanged.UNCHANGED]
+
+
+class Transport(Protocol):
+    """What the front end and the engine's controller need from a transport.
+
+    Both `grpcrelay.GrpcRelay` and `framerelay.relay.FrameRelay` satisfy it.
+    """
+
+    async def start(self) -> None:
+        """Binds the relay socket and serves."""
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stops accepting, gives in-flight calls `grace` seconds, removes the socket."""
+
+    async def wait(self) -> None:
+        """Returns when the server has stopped."""
+
+    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+                    dumper: DumpSink | None | Keep = UNCHANGED) -> None:
+        """Switches the interception table and/or the dumper for calls that start
+        from now on; an argument left UNCHANGED keeps what is in force."""

@@ -1,0 +1,117 @@
+"""What the frame relay knows of a call: its route, and the state of the calls it looks into."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+
+from cri_resmgr.transport.methods import Method
+from cri_resmgr.transport.framerelay import frames as h2
+from cri_resmgr.transport.contract import DumpSink
+
+
+class UpstreamError(grpc.aio.AioRpcError):
+    """An intercepted call's forward failed, as the interceptor sees it.
+
+    `from_runtime`: the runtime's own status (passed on to the client as the
+    runtime sent it); otherwise the relay could not complete the call.
+    """
+
+    def __init__(self, code: grpc.StatusCode, details: str, from_runtime: bool = True):
+        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+        self.from_runtime = from_runtime
+
+
+PASS, DUMP, INTERCEPT, REFUSE = range(4)
+
+
+class Route:
+    __slots__ = ("kind", "path", "method", "dumper", "interceptor", "request_type", "reply_type",
+                 "streaming", "refusal")
+
+    def __init__(self, kind: int, path: str, method: Method | None = None, dumper: DumpSink | None = None,
+                 interceptor: Any = None, refusal: str = ""):
+        self.kind = kind
+        self.path = path
+        self.method = method
+        self.dumper = dumper
+        self.interceptor = interceptor
+        self.streaming = method is None or method.server_streaming or method.client_streaming
+        self.refusal = refusal
+        self.request_type = self.reply_type = None
+
+
+# -- per-stream state for the calls the relay looks into ----------------------------------
+
+class Dumped:
+    __slots__ = ("route", "call_id", "t0", "requests", "replies", "bodies")
+
+    def __init__(self, route: Route, call_id: int, max_message: int):
+        self.route = route
+        self.call_id = call_id
+        self.t0 = time.perf_counter()
+        self.requests = h2.MessageSplitter(max_message)
+        self.replies = h2.MessageSplitter(max_message)
+        self.bodies: list[bytes] = []
+
+    def request_data(self, data: bytes) -> None:
+        for _, body in self.requests.feed(data):
+            self.route.dumper.request(self.route.path, self.call_id, body)
+
+    def reply_data(self, data: bytes) -> None:
+        for _, body in self.replies.feed(data):
+            if self.route.streaming:
+                self.route.dumper.reply(self.route.path, self.call_id, body, time.perf_counter() - self.t0)
+            else:
+                self.bodies.append(body)
+
+    def finish(self, code: grpc.StatusCode, details: str) -> None:
+        latency = time.perf_counter() - self.t0
+        dumper, path = self.route.dumper, self.route.path
+        if code == grpc.StatusCode.OK and not self.route.streaming:
+            dumper.reply(path, self.call_id, self.bodies[0] if self.bodies else b"", latency)
+        elif code == grpc.StatusCode.OK:
+            dumper.reply(path, self.call_id, None, latency, code)
+        else:
+            dumper.reply(path, self.call_id, None, latency, code, details)
+
+
+class Intercepted:
+    __slots__ = ("route", "sid", "call_id", "t0", "body", "ended", "room", "reserved", "window", "held",
+                 "headers_sent", "done", "reset", "status", "reply_body", "reply_overflow", "reply", "forwarded",
+                 "task", "finished")
+
+    def __init__(self, route: Route, sid: int, call_id: int, window: int):
+        self.route = route
+        self.sid = sid
+        self.call_id = call_id
+        self.t0 = time.perf_counter()
+        self.body = bytearray()  # the request as the client sent it
+        self.ended = False  # the client's END_STREAM came
+        self.room = window  # the client's stream window, as the relay grants it
+        self.reserved = 0  # bytes of the relay's held budget this call holds
+        self.window = window  # the runtime's stream window for what the relay sends
+        self.held: list[bytes] = []  # the runtime's final frames (trailers or RST_STREAM)
+        self.headers_sent = False  # the runtime's response headers went to the client
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.reset = False  # the runtime reset the stream
+        self.status: tuple[grpc.StatusCode, str] | None = None
+        self.reply_body = bytearray()
+        self.reply_overflow = False  # the reply copy did not fit the held budget
+        self.reply: Any = None
+        self.forwarded = False
+        self.task: asyncio.Task | None = None
+        self.finished = False  # the client has had its answer
+
+
+def message_body(data: bytes | bytearray) -> bytes | None:
+    """The one uncompressed message of a unary call's body, or None."""
+    if len(data) < 5 or data[0] != 0:
+        return None
+    length = int.from_bytes(data[1:5], "big")
+    if len(data) != 5 + length:
+        return None
+    return bytes(data[5:])

@@ -1,0 +1,291 @@
+"""The gRPC transport: serves CRI on a unix socket and forwards to the runtime.
+
+Every call is relayed as raw bytes with its metadata and deadline, and the
+runtime's status, details and trailing metadata come back unchanged. Only the
+methods in the interception table are decoded. Handlers are built once per
+method path and cached; `reconfigure` drops the cache so new calls see a new
+table or dumper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any, AsyncIterator
+
+import grpc
+
+from cri_resmgr.transport import sockets
+from cri_resmgr.transport.contract import (
+    UNCHANGED, DumpSink, InterceptError, InterceptionTable, Keep, Request)
+from cri_resmgr.transport.methods import Method, MethodTable, split_path
+from cri_resmgr.transport.refusals import FailureLog, decode_request
+from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES, Upstream
+
+log = logging.getLogger(__name__)
+
+SERVER_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Two relays binding the same socket would split kubelet's calls.
+    ("grpc.so_reuseport", 0),
+)
+
+# Metadata that gRPC itself sets on the upstream call; forwarding would duplicate it.
+_HOP_METADATA = frozenset({"user-agent", "content-type", "te", "grpc-accept-encoding",
+                           "grpc-encoding", "grpc-timeout", "authority", "host"})
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
+    md = context.invocation_metadata()
+    if not md:
+        return ()
+    return tuple((k, v) for k, v in md if k not in _HOP_METADATA and not k.startswith(":"))
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: grpc.aio.AioRpcError) -> None:
+    # Trailing metadata must be a tuple here, or grpc.aio turns every upstream
+    # error into UNKNOWN.
+    await context.abort(e.code(), e.details() or "", tuple(e.trailing_metadata() or ()))
+
+
+async def _stream_replies(call, context: grpc.aio.ServicerContext, path: str, call_id: int, t0: float,
+                          dumper: DumpSink | None) -> None:
+    """Writes an upstream call's streamed replies, then passes on its status and trailers."""
+    try:
+        async for item in call:
+            if dumper is not None:
+                dumper.reply(path, call_id, item, time.perf_counter() - t0)
+            await context.write(item)
+    except grpc.aio.AioRpcError as e:
+        if dumper is not None:
+            dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+        await _abort(context, e)
+    finally:
+        call.cancel()  # a no-op once finished; stops the upstream if our caller went away
+    if dumper is not None:
+        dumper.reply(path, call_id, None, time.perf_counter() - t0, grpc.StatusCode.OK)
+    trailing = await call.trailing_metadata()
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))
+
+
+class GrpcRelay:
+    """Serves RuntimeService and ImageService (all versions) on one socket."""
+
+    def __init__(self, socket_path: str, runtime: Upstream, image: Upstream | None,
+                 methods: MethodTable, interceptors: InterceptionTable | None = None,
+                 dumper: DumpSink | None = None, socket_like: str | None = None,
+                 runtime_enabled: bool = True):
+        self.socket_path = sockets.strip_scheme(socket_path)
+        self.runtime = runtime if runtime_enabled else None
+        self.image = image
+        self.methods = methods
+        self._interceptors: InterceptionTable = interceptors or {}
+        self._dumper = dumper
+        self._socket_like = socket_like
+        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}  # known methods only, so bounded
+        self._call_ids = itertools.count(1)
+        self._failures = FailureLog(log)
+        self._server: grpc.aio.Server | None = None
+
+    # -- configuration -------------------------------------------------------
+
+    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+                    dumper: DumpSink | None | Keep = UNCHANGED) -> None:
+        """See contract.Transport.reconfigure."""
+        if interceptors is not UNCHANGED:
+            self._interceptors = interceptors
+        if dumper is not UNCHANGED:
+            self._dumper = dumper
+        self._handlers = {}  # handlers bind the table and dumper they were built with
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        sockets.prepare(self.socket_path)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server.add_generic_rpc_handlers((_Lookup(self),))
+        # Tight umask so the socket is never briefly world-accessible before chmod.
+        old = os.umask(0o177)
+        try:
+            server.add_insecure_port("unix://" + self.socket_path)
+            await server.start()
+        finally:
+            os.umask(old)
+        sockets.secure(self.socket_path, like=self._socket_like)
+        self._server = server
+        log.info("relay serving on %s", self.socket_path)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, give in-flight calls `grace` seconds, remove the socket."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        sockets.remove(self.socket_path)
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    # -- handler construction -------------------------------------------------
+
+    def handler(self, path: str) -> grpc.RpcMethodHandler | None:
+        try:
+            return self._handlers[path]
+        except KeyError:
+            h = self._build(path)
+            if self.methods.lookup(path) is not None:  # a client's made-up paths are not kept
+                self._handlers[path] = h
+            return h
+
+    def _upstream_for(self, path: str) -> Upstream | None:
+        service, _ = split_path(path)
+        return self.image if service.endswith("ImageService") else self.runtime
+
+    def _build(self, path: str) -> grpc.RpcMethodHandler | None:
+        upstream = self._upstream_for(path)
+        if upstream is None:
+            return None  # service disabled: gRPC answers UNIMPLEMENTED
+        method = self.methods.lookup(path)
+        dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
+        if method is None or method.client_streaming:
+            # Unknown shape: a bidi stream relays any of the four kinds on the wire.
+            return grpc.stream_stream_rpc_method_handler(self._stream_passthrough(path, upstream, dumper))
+        if method.server_streaming:
+            return grpc.unary_stream_rpc_method_handler(self._unary_stream_passthrough(path, upstream, dumper))
+        interceptor = self._interceptors.get(method.name)
+        if interceptor is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._intercepted(path, method, interceptor, upstream, dumper))
+        return grpc.unary_unary_rpc_method_handler(self._unary_passthrough(path, upstream, dumper))
+
+    def _unary_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+        mc = upstream.unary(path)
+        ids = self._call_ids
+
+        async def relay_unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            if dumper is not None:
+                call_id = next(ids)
+                dumper.request(path, call_id, request)
+                t0 = time.perf_counter()
+            call = mc(request, metadata=_metadata(context), timeout=context.time_remaining())
+            try:
+                reply = await call
+            except grpc.aio.AioRpcError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+                await _abort(context, e)
+            except asyncio.CancelledError:
+                call.cancel()  # the caller went away: so does the runtime call
+                raise
+            if dumper is not None:
+                dumper.reply(path, call_id, reply, time.perf_counter() - t0)
+            trailing = await call.trailing_metadata()
+            if trailing:
+                context.set_trailing_metadata(tuple(trailing))
+            return reply
+
+        return relay_unary
+
+    def _unary_stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+        mc = upstream.unary_stream(path)
+        ids = self._call_ids
+
+        async def relay_unary_stream(request: bytes, context: grpc.aio.ServicerContext) -> None:
+            call_id = next(ids)
+            if dumper is not None:
+                dumper.request(path, call_id, request)
+            t0 = time.perf_counter()
+            call = mc(request, metadata=_metadata(context), timeout=context.time_remaining())
+            await _stream_replies(call, context, path, call_id, t0, dumper)
+
+        return relay_unary_stream
+
+    def _stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+        ids = self._call_ids
+
+        async def relay_stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
+            call_id = next(ids)
+            t0 = time.perf_counter()
+            # The caller's messages are read up to its half-close first (CRI has
+            # no bidirectional RPCs, so nobody waits on early replies). One
+            # message, the usual case, goes upstream as unary-stream, which is
+            # the same on the wire for unary and server-streaming methods: the
+            # aio client's stream-stream call turns a quick upstream error into
+            # INTERNAL "error from Core" on nearly half the calls (grpcio 1.85).
+            sent = []
+            async for item in requests:
+                if dumper is not None:
+                    dumper.request(path, call_id, item)
+                sent.append(item)
+            metadata, timeout = _metadata(context), context.time_remaining()
+            if len(sent) == 1:
+                call = upstream.unary_stream(path)(sent[0], metadata=metadata, timeout=timeout)
+            else:
+                call = upstream.stream_stream(path)(iter(sent), metadata=metadata, timeout=timeout)
+            await _stream_replies(call, context, path, call_id, t0, dumper)
+
+        return relay_stream
+
+    def _intercepted(self, path: str, method: Method, interceptor, upstream: Upstream,
+                     dumper: DumpSink | None):
+        mc = upstream.unary(path)
+        ids = self._call_ids
+        failures = self._failures
+        # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
+        v1 = self.methods.lookup(f"/runtime.v1.{split_path(path)[0].rpartition('.')[2]}/{method.name}") or method
+        request_type, reply_type = v1.request, v1.response
+
+        async def relay_intercepted(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            call_id = next(ids)
+            if dumper is not None:
+                dumper.request(path, call_id, request)
+            t0 = time.perf_counter()
+            metadata = _metadata(context)
+            timeout = context.time_remaining()
+
+            async def forward(message) -> Any:
+                data = await mc(message.SerializeToString(), metadata=metadata, timeout=timeout)
+                return reply_type.FromString(data)
+
+            try:
+                message = decode_request(request_type, method.name, request)
+            except InterceptError as e:
+                failures.refused(path, e.message)
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code, e.message)
+                await context.abort(e.code, e.message)
+            try:
+                reply = (await interceptor(Request(method.name, path, message, forward))).SerializeToString()
+            except grpc.aio.AioRpcError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code(), e.details() or "")
+                await _abort(context, e)
+            except InterceptError as e:
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, e.code, e.message)
+                await context.abort(e.code, e.message)
+            except Exception as e:  # a bug in the interceptor: one line, not gRPC's traceback per call
+                failures.failed(path, e)
+                if dumper is not None:
+                    dumper.reply(path, call_id, None, time.perf_counter() - t0, grpc.StatusCode.INTERNAL, str(e))
+                await context.abort(grpc.StatusCode.INTERNAL, f"cri-resmgr: {e}")
+            if dumper is not None:
+                dumper.reply(path, call_id, reply, time.perf_counter() - t0)
+            return reply
+
+        return relay_intercepted
+
+
+class _Lookup(grpc.GenericRpcHandler):
+    """gRPC asks this for every call; the relay answers from its handler cache."""
+
+    def __init__(self, relay: GrpcRelay):
+        self._relay = relay
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._relay.handler(handler_call_details.method)

@@ -1,0 +1,60 @@
+"""Building a policy from a configuration: a wrong value is a rejected
+configuration, a TypeError from the policy's constructor is a bug and is not
+disguised as one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cri_resmgr.config import ConfigError, Settings, parse_document
+from cri_resmgr.engine.controller import Controller
+from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.registry import PolicyInfo, Registry
+from tests.harness.sysfs import generate
+
+
+class _NoTransport:
+    """The policy is never built, so nothing may reach the transport."""
+
+    def reconfigure(self, **changes) -> None:
+        raise AssertionError(f"reconfigured with {changes}")
+
+
+def _controller(tmp_path: Path, factory) -> Controller:
+    generate(tmp_path / "host", sockets=1, cores_per_die=2, threads_per_core=1)
+    settings = Settings(state_dir=str(tmp_path / "state"), host_root=str(tmp_path / "host"))
+    registry = Registry([PolicyInfo("picky", "a policy whose constructor raises", factory)])
+    return Controller(settings, registry, _NoTransport(), None, lambda *args: None)
+
+
+def _config(controller: Controller):
+    return parse_document("policy: {Active: picky}\n", "test config", controller.registry.names())
+
+
+def test_a_type_error_from_a_policy_constructor_propagates_as_a_bug(tmp_path):
+    def buggy(context):
+        raise TypeError("unsupported operand type(s) for +: 'CPUSet' and 'int'")
+
+    controller = _controller(tmp_path, buggy)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        asyncio.run(controller.apply(_config(controller)))
+    assert controller.config is None  # nothing switched in
+    # The agent's push is not answered as a rejection either (the Config
+    # service reports it as an internal error) and is not remembered.
+    with pytest.raises(TypeError):
+        asyncio.run(controller.apply_agent({"policy": "Active: picky\n"}))
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_value_error_from_a_policy_constructor_is_a_rejected_configuration(tmp_path):
+    def picky(context):
+        raise ConfigValueError("policy.picky.Level: expected 1 to 3, got 7")
+
+    controller = _controller(tmp_path, picky)
+    with pytest.raises(ConfigError, match="test config: policy.picky.Level: expected 1 to 3"):
+        asyncio.run(controller.apply(_config(controller)))
+    assert asyncio.run(controller.apply_agent({"policy": "Active: picky\n"})).startswith("agent: policy.picky.Level")
+    assert controller.config is None
