@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all deps demo test bench protos images clean
+.PHONY: all deps demo lint test bench protos images clean
 
 all: test
 
@@ -13,7 +13,12 @@ deps:
 demo: deps
 	$(PY) -m tests.harness.demo
 
-test: deps
+# Lint, then the layers (.importlinter, docs/architecture.md): `make test` fails on either.
+lint: deps
+	$(VENV)/bin/ruff check cri_resmgr agent webhook tests
+	$(VENV)/bin/lint-imports
+
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: deps

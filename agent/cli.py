@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr_agent.options import AgentOptions

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from cri_resmgr_agent.reflector import Obj
 from cri_resmgr_agent.selection import ConfigMapData, ConfigMapNames, Selection, node_group, select_config

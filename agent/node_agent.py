@@ -52,7 +52,8 @@ class NodeAgent:
         self.node_reflector = Reflector(f"node {o.node_name}", node_list, node_watch,
                                         self.view.node_consumer, backoff(), self._stop)
         self.agent_server = AgentServer(NodeOps(core, o.node_name, o.request_timeout_seconds), o.agent_socket)
-        self.health_server: HealthServer | None = HealthServer(self.readiness, o.health_address) if o.health_address else None
+        self.health_server: HealthServer | None = (
+            HealthServer(self.readiness, o.health_address) if o.health_address else None)
         self._threads = [
             threading.Thread(target=target, name=name, daemon=True)
             for name, target in (("configmap-watch", self.configmap_reflector.run),

@@ -10,8 +10,9 @@ subresource.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from cri_resmgr_agent.backoff import Backoff
 from cri_resmgr_agent.relay_client import RelayConfigClient, RelayUnavailable

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes import client
 
@@ -79,7 +79,7 @@ class ClusterReporter:
         response = self._core.patch_node(self._node_name, patch, _content_type="application/merge-patch+json",
                                          _preload_content=False, _request_timeout=self._timeout)
         uid = json.loads(response.data)["metadata"].get("uid")
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if error:
             reason, kind, message = "ConfigRejected", "Warning", f"{outcome.source} rejected by cri-resmgr: {error}"
         else:

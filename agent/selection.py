@@ -5,8 +5,8 @@ The chosen map replaces the others entirely; nothing is merged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 @dataclass(frozen=True)

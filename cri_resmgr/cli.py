@@ -13,8 +13,12 @@ import yaml
 from cri_resmgr import app
 from cri_resmgr.config import Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
-from cri_resmgr.config.settings import (DEFAULT_CONFIG_SOCKET, DEFAULT_RELAY_SOCKET, DEFAULT_RUNTIME_SOCKET,
-                                        DEFAULT_STATE_DIR)
+from cri_resmgr.config.settings import (
+    DEFAULT_CONFIG_SOCKET,
+    DEFAULT_RELAY_SOCKET,
+    DEFAULT_RUNTIME_SOCKET,
+    DEFAULT_STATE_DIR,
+)
 from cri_resmgr.config.sources import initial_config
 from cri_resmgr.policy.registry import UnknownPolicy, default_registry
 

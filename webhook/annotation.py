@@ -7,7 +7,8 @@ and limits themselves; this annotation carries them verbatim.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ANNOTATION_KEY = "intel.com/resources"
 

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 

@@ -33,7 +33,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses connections
     server_version = "cri-resmgr-webhook"
     sys_version = ""
-    server: "WebhookServer"
+    server: WebhookServer
 
     def setup(self) -> None:
         self.timeout = self.server.config.idle_timeout

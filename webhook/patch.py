@@ -1,7 +1,8 @@
 """JSONPatch (RFC 6902) operations that set one annotation on an object."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def escape_pointer_token(token: str) -> str:

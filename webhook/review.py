@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .annotation import ANNOTATION_KEY, resources_annotation
 from .patch import set_annotation_patch

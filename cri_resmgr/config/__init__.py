@@ -4,8 +4,16 @@ modules policy, dump, logger) and where it comes from (`sources`); and the
 Config gRPC service the node agent pushes it to (`service`, imported on its
 own so that reading configuration does not load gRPC)."""
 
-from .schema import (DEFAULT_RESERVED_NAMESPACES, Config, ConfigError, DumpConfig, LoggerConfig, PolicyConfig,
-                     parse_document, parse_modules)
+from .schema import (
+                     DEFAULT_RESERVED_NAMESPACES,
+                     Config,
+                     ConfigError,
+                     DumpConfig,
+                     LoggerConfig,
+                     PolicyConfig,
+                     parse_document,
+                     parse_modules,
+)
 from .settings import Settings
 
 __all__ = ["DEFAULT_RESERVED_NAMESPACES", "Config", "ConfigError", "DumpConfig", "LoggerConfig", "PolicyConfig",

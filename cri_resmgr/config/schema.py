@@ -7,8 +7,9 @@ the key, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 

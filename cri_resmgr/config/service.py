@@ -11,7 +11,8 @@ import asyncio
 import inspect
 import logging
 import os
-from typing import Awaitable, Protocol
+from collections.abc import Awaitable
+from typing import Protocol
 
 import grpc
 

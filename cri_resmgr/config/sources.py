@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cri_resmgr.config.schema import Config, ConfigError, parse_document, parse_modules
 from cri_resmgr.config.settings import Settings

@@ -14,7 +14,8 @@ import queue
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, TextIO
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TextIO
 
 from cri_resmgr.dump.format import FORMATS
 from cri_resmgr.dump.rules import Level, Rules, parse_specs
@@ -115,7 +116,7 @@ class Dumper:
         self._queue.put(_STOP)  # past the bound on purpose: stopping must not be dropped
         self._thread.join()
 
-    def __enter__(self) -> "Dumper":
+    def __enter__(self) -> Dumper:
         return self
 
     def __exit__(self, *exc) -> None:

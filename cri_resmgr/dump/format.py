@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Protocol, Union
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -73,7 +74,7 @@ class DropRecord:
     total: int
 
 
-Record = Union[CallRecord, NoteRecord, CountRecord, DropRecord]
+Record = CallRecord | NoteRecord | CountRecord | DropRecord
 
 
 class Formatter(Protocol):
@@ -195,7 +196,7 @@ def _label(path: str) -> str:
 
 
 def _utc_time(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="microseconds")
 
 
 class JsonlFormat:

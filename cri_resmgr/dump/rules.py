@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.transport.methods import split_path

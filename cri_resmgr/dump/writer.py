@@ -9,12 +9,17 @@ plain synchronous code so tests can drive it without a thread.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
-from cri_resmgr.dump.format import (REPLY, REQUEST, CallRecord, CountRecord, DropRecord, Formatter,
-                                    NoteRecord, Record)
-from cri_resmgr.dump.names import (LEARNING_METHODS, REQUEST_KEEPING_METHODS, NameBook, learn_from_call,
-                                   request_qualifier)
+from cri_resmgr.dump.format import REPLY, REQUEST, CallRecord, CountRecord, DropRecord, Formatter, NoteRecord, Record
+from cri_resmgr.dump.names import (
+    LEARNING_METHODS,
+    REQUEST_KEEPING_METHODS,
+    NameBook,
+    learn_from_call,
+    request_qualifier,
+)
 from cri_resmgr.dump.rules import Level
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
 

@@ -12,9 +12,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from cri_resmgr.policy.api import Assignment, QoS, Workload
 

@@ -11,8 +11,9 @@ import fnmatch
 import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.policy.api import QoS, Workload

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config import Config, ConfigError, Settings, parse_document, parse_modules, sources

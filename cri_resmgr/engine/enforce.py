@@ -50,7 +50,7 @@ class Enforcer:
     async def close(self, timeout: float = 5.0) -> None:
         try:
             await asyncio.wait_for(self.flush(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("dropping %d unsent container updates at shutdown", len(self._pending))
         if self._task is not None:
             self._task.cancel()

@@ -4,8 +4,9 @@ container in; resources for that container and for the others it changed out."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology import Topology
@@ -52,7 +53,7 @@ class Assignment:
         return {"pool": self.pool, "exclusive": str(self.exclusive)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Assignment":
+    def from_json(cls, data: Mapping[str, Any]) -> Assignment:
         return cls(pool=str(data["pool"]), exclusive=CPUSet.parse(str(data.get("exclusive", ""))))
 
 

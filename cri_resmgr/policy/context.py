@@ -20,8 +20,9 @@ whose message starts with the offending key, e.g.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.api import PolicyContext

@@ -22,8 +22,8 @@ objects with no locking: the caller serializes calls on one policy.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError

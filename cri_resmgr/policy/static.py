@@ -19,12 +19,20 @@
 
 from __future__ import annotations
 
-from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload, QoS
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, QoS, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
-from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.policy.pools import (
-    POOL_EXCLUSIVE, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options, checked_cpus, option_bool,
+    POOL_EXCLUSIVE,
+    POOL_RESERVED,
+    POOL_SHARED,
+    Book,
+    Kind,
+    PoolPolicy,
+    check_options,
+    checked_cpus,
+    option_bool,
 )
+from cri_resmgr.topology.cpuallocator import CPUAllocator
 
 __all__ = ["StaticPolicy", "NAME", "DESCRIPTION", "OPTIONS", "exclusive_cpus_wanted"]
 

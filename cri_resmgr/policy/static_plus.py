@@ -25,11 +25,19 @@ from __future__ import annotations
 
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.pools import (
+    POOL_EXCLUSIVE,
+    POOL_ISOLATED,
+    POOL_RESERVED,
+    POOL_SHARED,
+    Book,
+    Kind,
+    PoolPolicy,
+    check_options,
+    checked_cpus,
+)
 from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.policy.pools import (
-    POOL_EXCLUSIVE, POOL_ISOLATED, POOL_RESERVED, POOL_SHARED, Book, Kind, PoolPolicy, check_options, checked_cpus,
-)
 
 __all__ = ["StaticPlusPolicy", "NAME", "DESCRIPTION", "OPTIONS"]
 

@@ -24,7 +24,7 @@ once in `CPUAllocator.__init__`; a call costs about O(domains + CPUs taken).
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology import Topology

@@ -10,7 +10,7 @@ because the allocator and policies call them on every decision.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = ["CPUSet", "parse_cpulist", "format_cpulist"]
 
@@ -96,12 +96,12 @@ class CPUSet:
         object.__setattr__(self, "_sorted", None)
 
     @classmethod
-    def parse(cls, text: str) -> "CPUSet":
+    def parse(cls, text: str) -> CPUSet:
         """Parse kernel list syntax; raises ValueError naming the bad text."""
         return cls._wrap(parse_cpulist(text))
 
     @classmethod
-    def _wrap(cls, frozen: frozenset[int]) -> "CPUSet":
+    def _wrap(cls, frozen: frozenset[int]) -> CPUSet:
         # Skips validation: callers pass sets derived from valid CPUSets.
         obj = object.__new__(cls)
         object.__setattr__(obj, "_cpus", frozen)
@@ -168,16 +168,16 @@ class CPUSet:
 
     # -- algebra ---------------------------------------------------------------
 
-    def union(self, *others: Iterable[int]) -> "CPUSet":
+    def union(self, *others: Iterable[int]) -> CPUSet:
         return CPUSet._wrap(self._cpus.union(*(_frozen(o) for o in others)))
 
-    def intersection(self, *others: Iterable[int]) -> "CPUSet":
+    def intersection(self, *others: Iterable[int]) -> CPUSet:
         return CPUSet._wrap(self._cpus.intersection(*(_frozen(o) for o in others)))
 
-    def difference(self, *others: Iterable[int]) -> "CPUSet":
+    def difference(self, *others: Iterable[int]) -> CPUSet:
         return CPUSet._wrap(self._cpus.difference(*(_frozen(o) for o in others)))
 
-    def symmetric_difference(self, other: Iterable[int]) -> "CPUSet":
+    def symmetric_difference(self, other: Iterable[int]) -> CPUSet:
         return CPUSet._wrap(self._cpus.symmetric_difference(_frozen(other)))
 
     def issubset(self, other: Iterable[int]) -> bool:
@@ -189,22 +189,22 @@ class CPUSet:
     def isdisjoint(self, other: Iterable[int]) -> bool:
         return self._cpus.isdisjoint(_frozen(other))
 
-    def __or__(self, other: object) -> "CPUSet":
+    def __or__(self, other: object) -> CPUSet:
         if not isinstance(other, CPUSet):
             return NotImplemented
         return CPUSet._wrap(self._cpus | other._cpus)
 
-    def __and__(self, other: object) -> "CPUSet":
+    def __and__(self, other: object) -> CPUSet:
         if not isinstance(other, CPUSet):
             return NotImplemented
         return CPUSet._wrap(self._cpus & other._cpus)
 
-    def __sub__(self, other: object) -> "CPUSet":
+    def __sub__(self, other: object) -> CPUSet:
         if not isinstance(other, CPUSet):
             return NotImplemented
         return CPUSet._wrap(self._cpus - other._cpus)
 
-    def __xor__(self, other: object) -> "CPUSet":
+    def __xor__(self, other: object) -> CPUSet:
         if not isinstance(other, CPUSet):
             return NotImplemented
         return CPUSet._wrap(self._cpus ^ other._cpus)

@@ -193,7 +193,7 @@ def _read_distances(path: Path, nid: int, node_ids: list[int]) -> dict[int, int]
             f"{str(path)!r}: {len(fields)} distances for {len(node_ids)} nodes: {text.strip()!r}"
         )
     try:
-        return {other: int(value) for other, value in zip(node_ids, fields)}
+        return {other: int(value) for other, value in zip(node_ids, fields, strict=False)}
     except ValueError:
         raise TopologyError(f"{str(path)!r}: bad distance list {text.strip()!r}") from None
 

@@ -6,9 +6,9 @@ tests and benchmarks may build one directly from CPU and node records.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Mapping
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology.cpuset import CPUSet

@@ -17,8 +17,9 @@ messages; if so it gets copies of them and the call's final status.
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Final, Literal, Mapping, Protocol
+from typing import Final, Literal, Protocol
 
 import grpc
 from google.protobuf.message import Message

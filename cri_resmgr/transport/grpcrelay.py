@@ -14,13 +14,13 @@ import itertools
 import logging
 import os
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
 from cri_resmgr.transport import sockets
-from cri_resmgr.transport.contract import (
-    UNCHANGED, DumpSink, InterceptError, InterceptionTable, Keep, Request)
+from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptError, InterceptionTable, Keep, Request
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
 from cri_resmgr.transport.refusals import FailureLog, decode_request
 from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES, Upstream

@@ -8,9 +8,9 @@ it dumps. Methods missing from the table are still relayed, as raw bytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Iterable
 
 from google.protobuf import message as _message
 from google.protobuf import message_factory

@@ -10,8 +10,8 @@ import time
 import grpc
 from google.protobuf.message import Message
 
-from cri_resmgr.transport import sockets
 from cri_resmgr._proto import runtime_v1_pb2
+from cri_resmgr.transport import sockets
 
 log = logging.getLogger(__name__)
 

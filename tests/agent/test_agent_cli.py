@@ -116,7 +116,7 @@ def test_busy_health_address_is_named(kubeconfig, sockdir):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        address = "127.0.0.1:%d" % busy.getsockname()[1]
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
         result = run_agent("-kubeconfig", kubeconfig, "-health-address", address,
                            "-agent-socket", os.path.join(sockdir, "a.sock"), env={"NODE_NAME": "n1"})
     assert result.returncode == 1 and f"cannot serve readiness on {address}" in result.stderr

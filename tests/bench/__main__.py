@@ -24,8 +24,9 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay

@@ -25,14 +25,14 @@ import gc
 import random
 import tempfile
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
-from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import default_registry
-from tests.harness.sysfs import generate
 from cri_resmgr.topology import Topology, discover
+from cri_resmgr.topology.cpuset import CPUSet
+from tests.harness.sysfs import generate
 
 __all__ = ["build_topology", "run", "main"]
 

@@ -29,10 +29,11 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import grpc
 
@@ -124,7 +125,7 @@ class CpuMeter:
         self.calls = 0
         self._start = 0.0
 
-    def __enter__(self) -> "CpuMeter":
+    def __enter__(self) -> CpuMeter:
         self._start = proc_cpu_seconds(self.pid)
         return self
 
@@ -416,7 +417,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: in
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(row: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
 
     return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
 

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CERTS_SCRIPT = REPO / "scripts" / "webhook-certs.sh"

@@ -10,12 +10,12 @@ import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr._proto import runtime_v1alpha2_pb2 as pb_alpha
-from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump.format import FORMATS, CountRecord, DropRecord, HumanFormat, JsonlFormat, NoteRecord
 from cri_resmgr.dump.redact import REDACTED, looks_secret, redact_envs
 from cri_resmgr.dump.rules import Level
 from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Writer
 from cri_resmgr.dump.yaml_text import to_yaml
+from cri_resmgr.transport.methods import MethodTable
 
 RT = "/runtime.v1.RuntimeService/"
 POD_ID = "a1b2c3d4e5f6a7b8c9d0" * 3

@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump import Dumper, DumpSpecError, Level
+from cri_resmgr.transport.methods import MethodTable
 
 RT = "/runtime.v1.RuntimeService/"
 WAIT = 30  # generous upper bound for the writer thread to get somewhere; never a timing assertion

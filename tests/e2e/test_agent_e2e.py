@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from cri_resmgr.topology import discover
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.harness.kubeapi import FakeKubeAPI
 from tests.harness.kubelet import Kubelet
 from tests.harness.podspec import ContainerSpec, PodSpec
 from tests.harness.relayproc import RelayProcess
-from cri_resmgr.topology import discover
 
 ONLINE = discover("/").online
 pytestmark = pytest.mark.skipif(len(ONLINE) != 2, reason="the scenario is written for the 2-CPU machines")
@@ -38,7 +38,7 @@ class AgentProcess:
                     "-health-address", "127.0.0.1:0"]
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "AgentProcess":
+    def start(self) -> AgentProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.cmd, env={**os.environ, "NODE_NAME": "node1"},
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)

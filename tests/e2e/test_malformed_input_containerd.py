@@ -16,9 +16,8 @@ import pytest
 from hpack.hpack import encode_integer
 
 from cri_resmgr.transport.framerelay import frames as h2
-from tests.harness.relayproc import RelayProcess
-
 from tests.harness.h2raw import RawClient, message, request_block
+from tests.harness.relayproc import RelayProcess
 
 V1 = "/runtime.v1.RuntimeService/"
 CREATE = V1 + "CreateContainer"

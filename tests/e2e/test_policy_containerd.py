@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from cri_resmgr.topology import discover
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.harness import cgroupfs
 from tests.harness.kubelet import Kubelet
 from tests.harness.podspec import ContainerSpec, PodSpec
 from tests.harness.relayproc import RelayProcess
-from cri_resmgr.topology import discover
 
 ONLINE = discover("/").online
 pytestmark = pytest.mark.skipif(len(ONLINE) < 2, reason="needs at least 2 online CPUs")

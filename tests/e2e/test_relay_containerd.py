@@ -12,7 +12,6 @@ import grpc
 import pytest
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from tests.harness import cgroupfs
 from tests.harness.kubelet import Kubelet
 from tests.harness.podspec import ContainerSpec, PodSpec
 from tests.harness.relayproc import RelayProcess
@@ -208,7 +207,7 @@ def test_dump_full_records_every_message_and_masks_secrets(containerd, relay_dir
     assert oct(os.stat(dump).st_mode & 0o777) == "0o600"
     for method in ("RunPodSandbox", "CreateContainer", "StartContainer", "ContainerStatus",
                    "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"):
-        assert f"=> {method}" in text or f"=> " in text and method in text, method
+        assert f"=> {method}" in text or "=> " in text and method in text, method
     assert "<= CreateContainer" in text or "<=" in text
     assert "dumped:app" in text  # the pod:container qualifier
     assert "hunter2" not in text and "abc123" not in text

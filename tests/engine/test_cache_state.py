@@ -4,8 +4,8 @@ import json
 import os
 
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import Assignment, QoS, Workload
+from cri_resmgr.topology.cpuset import CPUSet
 
 
 def _filled(tmp_path) -> Cache:

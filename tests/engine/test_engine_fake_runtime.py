@@ -11,22 +11,20 @@ from pathlib import Path
 
 import grpc
 import pytest
+from fake_cri import FakeCRI
 
-from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config import Settings, parse_document
-from cri_resmgr.engine.controller import Controller
-from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.dump import Dumper
+from cri_resmgr.engine.controller import Controller
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.grpcrelay import GrpcRelay
+from cri_resmgr.transport.methods import MethodTable
+from cri_resmgr.transport.upstream import Upstream
 from tests.harness import sysfs
 from tests.harness.kubelet import Kubelet, LinuxResources
 from tests.harness.loop import LoopThread
 from tests.harness.podspec import ContainerSpec, PodSpec
-from cri_resmgr.transport.upstream import Upstream
-
-from fake_cri import FakeCRI
 
 STATIC = "policy: {Active: static, ReservedResources: {CPU: 2}}\n"
 
@@ -107,7 +105,7 @@ def check_static_invariants(e: Engine, exclusive_names: set[str]) -> None:
     live = e.fake.live()
     exclusive: dict[str, CPUSet] = {}
     shared_sets = {}
-    for cid, c in live.items():
+    for c in live.values():
         pod_name = e.fake.pods[c["pod"]].metadata.name
         cpus = CPUSet(c["resources"].cpuset_cpus)
         if pod_name in exclusive_names:

@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import grpc
 
@@ -272,7 +272,7 @@ class Containerd:
             raise ContainerdError(f"{' '.join(cmd)} failed: {res.stderr.strip()}")
         return res.stdout
 
-    def __enter__(self) -> "Containerd":
+    def __enter__(self) -> Containerd:
         self.start()
         return self
 
@@ -443,7 +443,7 @@ def _shim_pids(lay: Layout) -> list[int]:
         args = _cmdline(int(entry.name))
         if not args or not os.path.basename(args[0]).startswith("containerd-shim"):
             continue
-        for flag, value in zip(args, args[1:]):
+        for flag, value in zip(args, args[1:], strict=False):
             if flag in ("-address", "--address") and value == str(lay.socket):
                 found.append(int(entry.name))
                 break

@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from cri_resmgr.topology import discover
 from tests.harness import cgroupfs
 from tests.harness.containerd import Containerd
 from tests.harness.kubelet import Kubelet
 from tests.harness.podspec import ContainerSpec, PodSpec
 from tests.harness.relayproc import RelayProcess
-from cri_resmgr.topology import discover
 
 
 def say(text: str) -> None:

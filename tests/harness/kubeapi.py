@@ -24,9 +24,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -157,7 +158,7 @@ class FakeKubeAPI:
 
     # ---------------------------------------------------------- lifecycle
 
-    def start(self) -> "FakeKubeAPI":
+    def start(self) -> FakeKubeAPI:
         self.up()
         return self
 
@@ -339,7 +340,7 @@ class FakeKubeAPI:
         fields = parse_field_selector(query.get("fieldSelector", ""))
         return lambda obj: fields(obj) and labels(obj["metadata"].get("labels") or {})
 
-    def _watch(self, handler: "BaseHTTPRequestHandler", resource: str, namespace: str,
+    def _watch(self, handler: BaseHTTPRequestHandler, resource: str, namespace: str,
                query: dict[str, str]) -> None:
         matches = self._matcher(query)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
@@ -460,7 +461,7 @@ class FakeKubeAPI:
         obj.setdefault("kind", _KINDS[resource])
         return self._store(resource, namespace, obj)
 
-    def _handle(self, handler: "BaseHTTPRequestHandler", method: str) -> None:
+    def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         split = urlsplit(handler.path)
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         verb = method.lower()
@@ -470,7 +471,7 @@ class FakeKubeAPI:
         try:
             if handler.headers.get("Authorization") != f"Bearer {self.token}":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            for pattern, namespaced in _ROUTES:
+            for pattern, namespaced in _ROUTES:  # noqa: B007 (the matching route's, after break)
                 m = pattern.match(split.path)
                 if m:
                     break
@@ -521,7 +522,7 @@ def _validate_node(node: dict[str, Any]) -> None:
         for key, value in ((node["metadata"].get(field)) or {}).items():
             if not isinstance(value, str):
                 raise ApiError(422, "Invalid", f"metadata.{field}[{key}]: value must be a string")
-    for key, value in (node["metadata"].get("labels") or {}).items():
+    for value in (node["metadata"].get("labels") or {}).values():
         if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             raise ApiError(422, "Invalid", f'Node "{node["metadata"]["name"]}" is invalid: metadata.labels: '
                                            f'Invalid value: "{value}": a valid label must be an empty string '

@@ -23,10 +23,11 @@ import shutil
 import tempfile
 import weakref
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 import grpc
 
@@ -114,7 +115,7 @@ class Kubelet:
         if self._remove_log_root is not None:
             self._remove_log_root()
 
-    def __enter__(self) -> "Kubelet":
+    def __enter__(self) -> Kubelet:
         return self
 
     def __exit__(self, *exc: object) -> None:

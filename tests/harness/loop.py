@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 
 class LoopThread:
@@ -21,7 +22,7 @@ class LoopThread:
         self._thread.join(10)
         self.loop.close()
 
-    def __enter__(self) -> "LoopThread":
+    def __enter__(self) -> LoopThread:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,8 +10,9 @@ server's defaulting of a missing request to its limit.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 from tests.harness.images import BUSYBOX_IMAGE
@@ -89,7 +90,7 @@ class ContainerSpec:
         return requests
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ContainerSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> ContainerSpec:
         """Accepts a Kubernetes container ({"resources": {"requests", "limits"}})
         or the flat form with top-level "requests"/"limits"."""
         d = dict(d)
@@ -136,7 +137,7 @@ class PodSpec:
         raise KeyError(f"pod {self.name!r} has no container {name!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PodSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> PodSpec:
         """Accepts a Kubernetes Pod manifest ({"metadata", "spec"}) or the flat
         form {"name", "namespace", "uid", "labels", "annotations", "containers", ...}."""
         if "metadata" in d or "spec" in d:
@@ -161,7 +162,7 @@ class PodSpec:
         return cls(**flat)
 
 
-def as_pod_spec(pod: "PodSpec | Mapping[str, Any]") -> PodSpec:
+def as_pod_spec(pod: PodSpec | Mapping[str, Any]) -> PodSpec:
     return pod if isinstance(pod, PodSpec) else PodSpec.from_dict(pod)
 
 

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from cri_resmgr.transport import sockets
 
@@ -35,7 +35,7 @@ class RelayProcess:
                 "-relay-socket", self.socket, "-runtime-socket", self.runtime_socket,
                 "-config-socket", self.config_socket, "-state-dir", self.state_dir, *self.args]
 
-    def start(self, timeout: float = 30.0) -> "RelayProcess":
+    def start(self, timeout: float = 30.0) -> RelayProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()
@@ -80,7 +80,7 @@ class RelayProcess:
             self.proc.wait(10)
             self.proc = None
 
-    def __enter__(self) -> "RelayProcess":
+    def __enter__(self) -> RelayProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -33,12 +33,13 @@ Numbering schemes (how CPU ids map onto sockets, cores and threads):
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
-from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 from cri_resmgr.topology import CPUInfo, NumaNode, Topology
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 
 __all__ = ["generate", "fake_topology", "Layout", "layout"]
 

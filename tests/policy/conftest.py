@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from tests.harness.sysfs import generate
 from cri_resmgr.topology import Topology, discover
+from tests.harness.sysfs import generate
 
 
 @pytest.fixture

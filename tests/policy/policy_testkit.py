@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 from cri_resmgr.policy.api import (
-    Assignment, Decision, PolicyContext, PolicyError, QoS, Resources, Workload,
+    Assignment,
+    Decision,
+    PolicyContext,
+    PolicyError,
+    QoS,
+    Resources,
+    Workload,
 )
 from cri_resmgr.policy.static import StaticPolicy, exclusive_cpus_wanted
 from cri_resmgr.policy.static_plus import StaticPlusPolicy
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 
 
 def workload(key: str, qos: QoS | str = QoS.BESTEFFORT, cpu: int = 0, **kw) -> Workload:
@@ -70,7 +76,7 @@ def check_invariants(policy, model: Model) -> None:
     assert set(assignments) == set(model.workloads) == set(model.applied)
     used = CPUSet()
     total = 0
-    for key, a in assignments.items():
+    for a in assignments.values():
         total += len(a.exclusive)
         used = used | a.exclusive
     assert total == len(used), "exclusive sets overlap"

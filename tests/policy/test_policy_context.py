@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.context import ConfigValueError, build_context
+from cri_resmgr.topology.cpuset import CPUSet
 
 
 @pytest.fixture(scope="module")
 def topo(tmp_path_factory):
-    from tests.harness.sysfs import generate
     from cri_resmgr.topology import discover
+    from tests.harness.sysfs import generate
 
     root = tmp_path_factory.mktemp("ctxhost")
     # 2 sockets x 3 cores x 2 threads, linear: node 0 = 0-5, node 1 = 6-11.
@@ -21,8 +21,8 @@ def topo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def topo_offline(tmp_path_factory):
-    from tests.harness.sysfs import generate
     from cri_resmgr.topology import discover
+    from tests.harness.sysfs import generate
 
     root = tmp_path_factory.mktemp("ctxhost")
     generate(root, sockets=1, cores_per_die=4, threads_per_core=2, offline=[6, 7])

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from policy_testkit import run_random
 
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.static import StaticPolicy
 from cri_resmgr.policy.static_plus import StaticPlusPolicy
 
-from policy_testkit import run_random
-
 
 @pytest.fixture(scope="module")
 def small_topology(tmp_path_factory):
-    from tests.harness.sysfs import generate
     from cri_resmgr.topology import discover
+    from tests.harness.sysfs import generate
 
     root = tmp_path_factory.mktemp("smallhost")
     # 2 sockets x 3 cores x 2 threads, interleaved ids, CPUs 5 and 11 isolated.

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from policy_testkit import workload as wl
 
-from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import Assignment, PolicyError, QoS
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.static import StaticPolicy
 from cri_resmgr.policy.static_plus import StaticPlusPolicy
-
-from policy_testkit import workload as wl
+from cri_resmgr.topology.cpuset import CPUSet
 
 G, B, BE = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BESTEFFORT
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from policy_testkit import workload as wl
 
-from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.policy.api import PolicyError, QoS
 from cri_resmgr.policy.context import ConfigValueError, build_context
 from cri_resmgr.policy.registry import default_registry
 from cri_resmgr.policy.static_plus import StaticPlusPolicy
-
-from policy_testkit import workload as wl
+from cri_resmgr.topology.cpuset import CPUSet
 
 G, B, BE = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BESTEFFORT
 ISOLATED = CPUSet("4-7")

@@ -2,10 +2,10 @@ import random
 
 import pytest
 
+from cri_resmgr.topology import discover
 from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator, allocate
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.harness.sysfs import fake_topology, generate
-from cri_resmgr.topology import discover
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from cri_resmgr.topology import CPUInfo, NumaNode, Topology, TopologyError, discover
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.harness.sysfs import fake_topology, generate, layout
-from cri_resmgr.topology import CPUInfo, NumaNode, Topology, TopologyError, discover
 
 SYS = Path("sys/devices/system")
 

@@ -14,14 +14,13 @@ import threading
 
 import grpc
 import pytest
+from test_relay_transport import V1, Setup
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.framerelay.limits import Limits
-
+from cri_resmgr.transport.methods import MethodTable
 from tests.harness.h2raw import RawClient, message, request_block
-from test_relay_transport import V1, Setup
 
 CREATE = V1 + "CreateContainer"
 LIST = V1 + "ListContainers"

@@ -15,11 +15,10 @@ import time
 
 import grpc
 import pytest
+from test_relay_transport import V1, Setup
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.transport.contract import InterceptError
-
-from test_relay_transport import V1, Setup
 
 CREATE = V1 + "CreateContainer"
 

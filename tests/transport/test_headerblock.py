@@ -66,7 +66,7 @@ RFC_FIELDS = [
 @pytest.mark.parametrize("blocks", [RFC_C3, RFC_C4], ids=["raw", "huffman"])
 def test_rfc_examples_decode_and_leave_the_rfc_dynamic_table(blocks) -> None:
     reader = Reader()
-    for hexblock, expected in zip(blocks, RFC_FIELDS):
+    for hexblock, expected in zip(blocks, RFC_FIELDS, strict=True):
         assert reader.fields(bytes.fromhex(hexblock)) == expected
     # RFC 7541 C.3.3: the table is now [custom-key, cache-control, :authority], newest first.
     assert reader.fields(b"\xbe\xbf\xc0") == [

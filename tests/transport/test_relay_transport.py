@@ -10,17 +10,16 @@ import time
 
 import grpc
 import pytest
+from fake_runtime import SMALL_WINDOWS, FakeRuntime
 
-from cri_resmgr.transport import sockets
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.transport.methods import MethodTable
+from cri_resmgr.transport import sockets
 from cri_resmgr.transport.framerelay.limits import Limits
 from cri_resmgr.transport.framerelay.relay import FrameRelay
 from cri_resmgr.transport.grpcrelay import GrpcRelay as Relay
-from tests.harness.loop import LoopThread
+from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.upstream import Upstream
-
-from fake_runtime import SMALL_WINDOWS, FakeRuntime
+from tests.harness.loop import LoopThread
 
 V1 = "/runtime.v1.RuntimeService/"
 V1A2 = "/runtime.v1alpha2.RuntimeService/"

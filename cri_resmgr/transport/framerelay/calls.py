@@ -8,9 +8,9 @@ from typing import Any
 
 import grpc
 
-from cri_resmgr.transport.methods import Method
-from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.contract import DumpSink
+from cri_resmgr.transport.framerelay import frames as h2
+from cri_resmgr.transport.methods import Method
 
 
 class UpstreamError(grpc.aio.AioRpcError):

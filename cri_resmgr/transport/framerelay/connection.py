@@ -178,7 +178,7 @@ class Connection(InterceptedCalls):
             return
         buf = self.cbuf
         buf += data
-        pos = 0
+        first = 0  # where the frames start
         if self.blocked:
             return
         if not self.preface:
@@ -187,15 +187,15 @@ class Connection(InterceptedCalls):
             if bytes(buf[:len(h2.PREFACE)]) != h2.PREFACE:
                 return self._fail("not an HTTP/2 client (bad connection preface)")
             self.preface = True
-            pos = len(h2.PREFACE)
-        done = pos  # end of the frames handled
+            first = len(h2.PREFACE)
+        done = first  # end of the frames handled
         start = 0  # start of the run of frames passed through unchanged
         out: list[bytes] = []
         credit = 0  # the client's bytes the runtime does not get: the client's window back
         # Frames the relay makes for the runtime while reading (a reset) follow the run read so far.
         self.runtime.midblock = True
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(buf, pos, self.runtime_max_frame):
+            for pos, end, ftype, flags, sid in h2.complete_frames(buf, first, self.runtime_max_frame):
                 length = end - pos - h2.HEADER_LEN
                 if self.cblock is not None and (ftype != h2.CONTINUATION or sid != self.cblock[0]):
                     raise h2.PeerError(f"frame of type {ftype} on stream {sid} inside the header block "

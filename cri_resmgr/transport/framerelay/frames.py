@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 import urllib.parse
-from typing import Iterator
+from collections.abc import Iterator
 
 import grpc
 

@@ -43,7 +43,8 @@ class InterceptedCalls:
             result = await route.interceptor(request)
             if st.reply is None or result is not st.reply:
                 raise InterceptError(grpc.StatusCode.INTERNAL,
-                                     f"cri-resmgr: the {route.method.name} interceptor did not return the runtime's reply")
+                                     f"cri-resmgr: the {route.method.name} interceptor did not return "
+                                     "the runtime's reply")
             self._dump_reply(st, grpc.StatusCode.OK, "", bytes(st.reply_body[5:]))
             self._pass_reply(st)
         except UpstreamError as e:

@@ -72,16 +72,16 @@ class Unreachable:
     def from_client(self, data: bytes) -> None:
         buf = self.buf
         buf += data
-        pos = 0
+        first = 0  # where the frames start
         if not self.preface:
             if len(buf) < len(h2.PREFACE):
                 return
             self.preface = True
-            pos = len(h2.PREFACE)
+            first = len(h2.PREFACE)
         out: list[bytes] = []
-        done = pos
+        done = first
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(buf, pos):
+            for pos, end, ftype, flags, sid in h2.complete_frames(buf, first):
                 done = end
                 out += self._answer(ftype, flags, sid, bytes(buf[pos + 9:end]))
         except ValueError as e:  # PeerError included
