@@ -66,15 +66,27 @@ for p in "$src"/*.proto; do
     virtual+=("cri_resmgr/_proto/$(basename "$p")")
 done
 
+# Type stubs (*.pyi) for mypy --strict come from mypy-protobuf's plugins, which
+# sit beside the interpreter (pip installs them into the same bin directory).
+bindir="$(dirname "$("$python" -c 'import sys; print(sys.executable)')")"
+for plugin in protoc-gen-mypy protoc-gen-mypy_grpc; do
+    if [[ ! -x "$bindir/$plugin" ]]; then
+        echo "gen-protos: $bindir/$plugin is missing (install mypy-protobuf, e.g. 'make deps')" >&2
+        exit 1
+    fi
+done
+
 "$python" -m grpc_tools.protoc \
     -Icri_resmgr/_proto="$src" \
     --python_out="$gen" \
     --grpc_python_out="$gen" \
+    --plugin=protoc-gen-mypy="$bindir/protoc-gen-mypy" --mypy_out="$gen" \
+    --plugin=protoc-gen-mypy_grpc="$bindir/protoc-gen-mypy_grpc" --mypy_grpc_out="$gen" \
     "${virtual[@]}"
 
 cp "$src/runtime_v1alpha2.proto" "$proto_out_dir/runtime_v1alpha2.proto"
 # OUT_DIR holds only generated modules (plus __init__.py): drop those whose
 # .proto is gone so the directory mirrors protos/.
-rm -f "$out_dir"/*_pb2.py "$out_dir"/*_pb2_grpc.py
-cp "$gen"/cri_resmgr/_proto/*.py "$out_dir/"
+rm -f "$out_dir"/*_pb2.py "$out_dir"/*_pb2_grpc.py "$out_dir"/*_pb2.pyi "$out_dir"/*_pb2_grpc.pyi
+cp "$gen"/cri_resmgr/_proto/*.py "$gen"/cri_resmgr/_proto/*.pyi "$out_dir/"
 echo "gen-protos: ${#virtual[@]} proto file(s) compiled into $out_dir"

@@ -67,7 +67,7 @@ def run_gen_protos(out_dir: Path, proto_out_dir: Path, python: str) -> subproces
 
 
 def generated_files(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.glob("*_pb2*.py"))}
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*_pb2*.py*"))}
 
 
 # --------------------------------------------------------------- staleness
@@ -103,7 +103,7 @@ def test_generation_into_temp_dirs_leaves_the_tree_untouched(tmp_path: Path) -> 
 
 
 def test_generated_imports_are_package_qualified() -> None:
-    for path in PROTO_PKG_DIR.glob("*_pb2*.py"):
+    for path in PROTO_PKG_DIR.glob("*_pb2*.py*"):
         text = path.read_text()
         bare = re.findall(r"^import \w+_pb2\b.*$", text, flags=re.M)
         assert not bare, f"{path.name} has unqualified imports {bare}"
