@@ -298,3 +298,14 @@ def test_splitter_holds_an_incomplete_message() -> None:
     assert splitter.pending == 105
     assert splitter.feed(b"y" * 156 + b"\x00\x00") == [(False, b"x" * 100 + b"y" * 156)]
     assert splitter.pending == 2
+
+
+def test_splitter_skips_a_message_declared_above_its_limit_without_holding_it() -> None:
+    splitter = h2.MessageSplitter(100)
+    big = h2.grpc_message(b"b" * 5000)
+    data = big + h2.grpc_message(b"after")
+    got = []
+    for i in range(0, len(data), 7):  # in small pieces: the skip spans many feeds
+        got += splitter.feed(data[i:i + 7])
+        assert splitter.pending < 105  # never more than one allowed message held
+    assert got == [(False, b"after")]
