@@ -159,7 +159,7 @@ class _ClientSide(asyncio.Protocol):
             self.conn = Unreachable(self.relay, self.transport, str(e))
         else:
             if self.transport.is_closing():
-                runtime.transport.close()
+                runtime.close()
                 return
             self.conn = Connection(self.relay, self.transport, runtime)
         self.relay.connections.add(self.conn)
