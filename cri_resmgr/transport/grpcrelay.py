@@ -15,17 +15,37 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 import grpc
+from google.protobuf.message import Message
 
 from cri_resmgr.transport import sockets
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptError, InterceptionTable, Keep, Request
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptError,
+    InterceptionTable,
+    Interceptor,
+    Keep,
+    Request,
+)
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
 from cri_resmgr.transport.refusals import FailureLog, decode_request
 from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES, Upstream
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # grpc's classes are generic in the stubs only
+    from collections.abc import Awaitable, Callable
+
+    # Every call crosses as raw bytes: no (de)serializers on either side.
+    _Context: TypeAlias = grpc.aio.ServicerContext[bytes, bytes]
+    _Handler: TypeAlias = grpc.RpcMethodHandler[bytes, bytes]
+    _ReplyStream: TypeAlias = grpc.aio.UnaryStreamCall[bytes, bytes] | grpc.aio.StreamStreamCall[bytes, bytes]
+    _Unary: TypeAlias = Callable[[bytes, _Context], Awaitable[bytes]]
+    _UnaryStream: TypeAlias = Callable[[bytes, _Context], Awaitable[None]]
+    _Stream: TypeAlias = Callable[[AsyncIterator[bytes], _Context], Awaitable[None]]
 
 SERVER_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -39,20 +59,20 @@ _HOP_METADATA = frozenset({"user-agent", "content-type", "te", "grpc-accept-enco
                            "grpc-encoding", "grpc-timeout", "authority", "host"})
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
+def _metadata(context: _Context) -> tuple[tuple[str, str | bytes], ...]:
     md = context.invocation_metadata()
     if not md:
         return ()
     return tuple((k, v) for k, v in md if k not in _HOP_METADATA and not k.startswith(":"))
 
 
-async def _abort(context: grpc.aio.ServicerContext, e: grpc.aio.AioRpcError) -> None:
+async def _abort(context: _Context, e: grpc.aio.AioRpcError) -> NoReturn:
     # Trailing metadata must be a tuple here, or grpc.aio turns every upstream
     # error into UNKNOWN.
     await context.abort(e.code(), e.details() or "", tuple(e.trailing_metadata() or ()))
 
 
-async def _stream_replies(call, context: grpc.aio.ServicerContext, path: str, call_id: int, t0: float,
+async def _stream_replies(call: _ReplyStream, context: _Context, path: str, call_id: int, t0: float,
                           dumper: DumpSink | None) -> None:
     """Writes an upstream call's streamed replies, then passes on its status and trailers."""
     try:
@@ -76,7 +96,7 @@ async def _stream_replies(call, context: grpc.aio.ServicerContext, path: str, ca
 class GrpcRelay:
     """Serves RuntimeService and ImageService (all versions) on one socket."""
 
-    def __init__(self, socket_path: str, runtime: Upstream, image: Upstream | None,
+    def __init__(self, socket_path: str, runtime: Upstream | None, image: Upstream | None,
                  methods: MethodTable, interceptors: InterceptionTable | None = None,
                  dumper: DumpSink | None = None, socket_like: str | None = None,
                  runtime_enabled: bool = True):
@@ -87,7 +107,7 @@ class GrpcRelay:
         self._interceptors: InterceptionTable = interceptors or {}
         self._dumper = dumper
         self._socket_like = socket_like
-        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}  # known methods only, so bounded
+        self._handlers: dict[str, _Handler | None] = {}  # known methods only, so bounded
         self._call_ids = itertools.count(1)
         self._failures = FailureLog(log)
         self._server: grpc.aio.Server | None = None
@@ -133,7 +153,7 @@ class GrpcRelay:
 
     # -- handler construction -------------------------------------------------
 
-    def handler(self, path: str) -> grpc.RpcMethodHandler | None:
+    def handler(self, path: str) -> _Handler | None:
         try:
             return self._handlers[path]
         except KeyError:
@@ -146,7 +166,7 @@ class GrpcRelay:
         service, _ = split_path(path)
         return self.image if service.endswith("ImageService") else self.runtime
 
-    def _build(self, path: str) -> grpc.RpcMethodHandler | None:
+    def _build(self, path: str) -> _Handler | None:
         upstream = self._upstream_for(path)
         if upstream is None:
             return None  # service disabled: gRPC answers UNIMPLEMENTED
@@ -163,11 +183,11 @@ class GrpcRelay:
                 self._intercepted(path, method, interceptor, upstream, dumper))
         return grpc.unary_unary_rpc_method_handler(self._unary_passthrough(path, upstream, dumper))
 
-    def _unary_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+    def _unary_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None) -> _Unary:
         mc = upstream.unary(path)
         ids = self._call_ids
 
-        async def relay_unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        async def relay_unary(request: bytes, context: _Context) -> bytes:
             if dumper is not None:
                 call_id = next(ids)
                 dumper.request(path, call_id, request)
@@ -191,11 +211,11 @@ class GrpcRelay:
 
         return relay_unary
 
-    def _unary_stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+    def _unary_stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None) -> _UnaryStream:
         mc = upstream.unary_stream(path)
         ids = self._call_ids
 
-        async def relay_unary_stream(request: bytes, context: grpc.aio.ServicerContext) -> None:
+        async def relay_unary_stream(request: bytes, context: _Context) -> None:
             call_id = next(ids)
             if dumper is not None:
                 dumper.request(path, call_id, request)
@@ -205,10 +225,10 @@ class GrpcRelay:
 
         return relay_unary_stream
 
-    def _stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None):
+    def _stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None) -> _Stream:
         ids = self._call_ids
 
-        async def relay_stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
+        async def relay_stream(requests: AsyncIterator[bytes], context: _Context) -> None:
             call_id = next(ids)
             t0 = time.perf_counter()
             # The caller's messages are read up to its half-close first (CRI has
@@ -217,12 +237,13 @@ class GrpcRelay:
             # the same on the wire for unary and server-streaming methods: the
             # aio client's stream-stream call turns a quick upstream error into
             # INTERNAL "error from Core" on nearly half the calls (grpcio 1.85).
-            sent = []
+            sent: list[bytes] = []
             async for item in requests:
                 if dumper is not None:
                     dumper.request(path, call_id, item)
                 sent.append(item)
             metadata, timeout = _metadata(context), context.time_remaining()
+            call: _ReplyStream
             if len(sent) == 1:
                 call = upstream.unary_stream(path)(sent[0], metadata=metadata, timeout=timeout)
             else:
@@ -231,8 +252,8 @@ class GrpcRelay:
 
         return relay_stream
 
-    def _intercepted(self, path: str, method: Method, interceptor, upstream: Upstream,
-                     dumper: DumpSink | None):
+    def _intercepted(self, path: str, method: Method, interceptor: Interceptor, upstream: Upstream,
+                     dumper: DumpSink | None) -> _Unary:
         mc = upstream.unary(path)
         ids = self._call_ids
         failures = self._failures
@@ -240,7 +261,7 @@ class GrpcRelay:
         v1 = self.methods.lookup(f"/runtime.v1.{split_path(path)[0].rpartition('.')[2]}/{method.name}") or method
         request_type, reply_type = v1.request, v1.response
 
-        async def relay_intercepted(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        async def relay_intercepted(request: bytes, context: _Context) -> bytes:
             call_id = next(ids)
             if dumper is not None:
                 dumper.request(path, call_id, request)
@@ -248,7 +269,7 @@ class GrpcRelay:
             metadata = _metadata(context)
             timeout = context.time_remaining()
 
-            async def forward(message) -> Any:
+            async def forward(message: Message) -> Message:
                 data = await mc(message.SerializeToString(), metadata=metadata, timeout=timeout)
                 return reply_type.FromString(data)
 
@@ -287,5 +308,5 @@ class _Lookup(grpc.GenericRpcHandler):
     def __init__(self, relay: GrpcRelay):
         self._relay = relay
 
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> _Handler | None:
         return self._relay.handler(handler_call_details.method)

@@ -8,7 +8,7 @@ it dumps. Methods missing from the table are still relayed, as raw bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -67,7 +67,7 @@ class MethodTable:
     def lookup(self, path: str) -> Method | None:
         return self._by_path.get(path)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Method]:
         return iter(self._by_path.values())
 
     def __len__(self) -> int:

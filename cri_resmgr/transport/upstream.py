@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -14,6 +15,8 @@ from cri_resmgr._proto import runtime_v1_pb2
 from cri_resmgr.transport import sockets
 
 log = logging.getLogger(__name__)
+
+_Reply = TypeVar("_Reply", bound=Message)
 
 # kubelet's limit; gRPC's 4 MiB default makes a big ListContainers fail through
 # the relay although it works direct, so both the server and this channel set it.
@@ -39,30 +42,31 @@ class Upstream:
     def __init__(self, address: str):
         self.path = sockets.strip_scheme(address)
         self.channel = grpc.aio.insecure_channel("unix://" + self.path, options=CHANNEL_OPTIONS)
-        self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
-        self._unary_stream: dict[str, grpc.aio.UnaryStreamMultiCallable] = {}
-        self._stream: dict[str, grpc.aio.StreamStreamMultiCallable] = {}
+        # No serializers: messages cross as the bytes on the wire.
+        self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {}
+        self._unary_stream: dict[str, grpc.aio.UnaryStreamMultiCallable[bytes, bytes]] = {}
+        self._stream: dict[str, grpc.aio.StreamStreamMultiCallable[bytes, bytes]] = {}
 
-    def unary(self, path: str) -> grpc.aio.UnaryUnaryMultiCallable:
+    def unary(self, path: str) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
         mc = self._unary.get(path)
         if mc is None:
             mc = self._unary[path] = self.channel.unary_unary(path)
         return mc
 
-    def unary_stream(self, path: str) -> grpc.aio.UnaryStreamMultiCallable:
+    def unary_stream(self, path: str) -> grpc.aio.UnaryStreamMultiCallable[bytes, bytes]:
         mc = self._unary_stream.get(path)
         if mc is None:
             mc = self._unary_stream[path] = self.channel.unary_stream(path)
         return mc
 
-    def stream_stream(self, path: str) -> grpc.aio.StreamStreamMultiCallable:
+    def stream_stream(self, path: str) -> grpc.aio.StreamStreamMultiCallable[bytes, bytes]:
         mc = self._stream.get(path)
         if mc is None:
             mc = self._stream[path] = self.channel.stream_stream(path)
         return mc
 
-    async def call(self, path: str, request: Message, reply_type: type[Message],
-                   timeout: float | None = 10.0) -> Message:
+    async def call(self, path: str, request: Message, reply_type: type[_Reply],
+                   timeout: float | None = 10.0) -> _Reply:
         """A typed unary call the relay makes on its own (start-up adoption, updates)."""
         data = await self.unary(path)(request.SerializeToString(), timeout=timeout)
         return reply_type.FromString(data)

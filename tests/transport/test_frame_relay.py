@@ -9,6 +9,7 @@ test_policy_containerd.py.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -19,6 +20,8 @@ from test_relay_transport import V1, Setup
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.transport.contract import InterceptError
+from cri_resmgr.transport.framerelay.relay import FrameRelay, _ClientSide
+from cri_resmgr.transport.methods import MethodTable
 
 CREATE = V1 + "CreateContainer"
 
@@ -236,6 +239,34 @@ def test_unreachable_runtime_answers_unavailable_naming_the_socket(make, tmp_pat
         s.call(V1 + "Version", b"", timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     assert s.runtime_sock in e.value.details()
+
+
+class _ClosedClient:
+    """A client transport that went away while the relay was connecting to the runtime."""
+
+    def is_closing(self) -> bool:
+        return True
+
+
+def test_a_client_gone_while_connecting_leaves_no_runtime_connection(tmp_path):
+    async def scenario():
+        closed = asyncio.Event()
+
+        async def runtime(reader, writer):
+            await reader.read()  # until the relay closes its end
+            closed.set()
+            writer.close()
+
+        server = await asyncio.start_unix_server(runtime, str(tmp_path / "runtime.sock"))
+        relay = FrameRelay(str(tmp_path / "relay.sock"), str(tmp_path / "runtime.sock"), MethodTable())
+        side = _ClientSide(relay)
+        side.transport = _ClosedClient()
+        await side._connect()
+        await asyncio.wait_for(closed.wait(), 5)
+        assert not relay.connections
+        server.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_client_that_is_not_http2_is_dropped_and_others_are_served(make):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Final, Literal, TypeAlias
 
 import grpc
+from google.protobuf.message import Message
 
-from cri_resmgr.transport.contract import DumpSink
+from cri_resmgr.transport.contract import DumpSink, Interceptor
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.methods import Method
 
@@ -25,23 +26,66 @@ class UpstreamError(grpc.aio.AioRpcError):
         self.from_runtime = from_runtime
 
 
-PASS, DUMP, INTERCEPT, REFUSE = range(4)
+# A route's kind; each route class below has one (a tag type checkers narrow the union on).
+PASS: Final = 0
+DUMP: Final = 1
+INTERCEPT: Final = 2
+REFUSE: Final = 3
 
 
-class Route:
-    __slots__ = ("kind", "path", "method", "dumper", "interceptor", "request_type", "reply_type",
-                 "streaming", "refusal")
+class PassRoute:
+    """The path's calls go through unread."""
 
-    def __init__(self, kind: int, path: str, method: Method | None = None, dumper: DumpSink | None = None,
-                 interceptor: Any = None, refusal: str = ""):
-        self.kind = kind
+    __slots__ = ("kind", "path", "method")
+
+    def __init__(self, path: str, method: Method | None) -> None:
+        self.kind: Literal[0] = PASS
+        self.path = path
+        self.method = method
+
+
+class RefuseRoute:
+    """The path's service is disabled: the relay answers UNIMPLEMENTED with `refusal`."""
+
+    __slots__ = ("kind", "path", "method", "refusal")
+
+    def __init__(self, path: str, refusal: str) -> None:
+        self.kind: Literal[3] = REFUSE
+        self.path = path
+        self.method = None  # not looked up: FrameRelay.route keeps no refused route
+        self.refusal = refusal
+
+
+class DumpRoute:
+    """The path's messages and final status are copied to `dumper`."""
+
+    __slots__ = ("kind", "path", "method", "dumper", "streaming")
+
+    def __init__(self, path: str, method: Method | None, dumper: DumpSink) -> None:
+        self.kind: Literal[1] = DUMP
+        self.path = path
+        self.method = method
+        self.dumper = dumper
+        self.streaming = method is None or method.server_streaming or method.client_streaming
+
+
+class InterceptRoute:
+    """The path's calls (unary) go to `interceptor`, decoded with the v1 message classes."""
+
+    __slots__ = ("kind", "path", "method", "dumper", "interceptor", "request_type", "reply_type")
+
+    def __init__(self, path: str, method: Method, dumper: DumpSink | None, interceptor: Interceptor,
+                 v1: Method) -> None:
+        self.kind: Literal[2] = INTERCEPT
         self.path = path
         self.method = method
         self.dumper = dumper
         self.interceptor = interceptor
-        self.streaming = method is None or method.server_streaming or method.client_streaming
-        self.refusal = refusal
-        self.request_type = self.reply_type = None
+        self.request_type = v1.request
+        self.reply_type = v1.response
+
+
+Route: TypeAlias = PassRoute | RefuseRoute | DumpRoute | InterceptRoute
 
 
 # -- per-stream state for the calls the relay looks into ----------------------------------
@@ -49,7 +93,7 @@ class Route:
 class Dumped:
     __slots__ = ("route", "call_id", "t0", "requests", "replies", "bodies")
 
-    def __init__(self, route: Route, call_id: int, max_message: int):
+    def __init__(self, route: DumpRoute, call_id: int, max_message: int):
         self.route = route
         self.call_id = call_id
         self.t0 = time.perf_counter()
@@ -84,7 +128,7 @@ class Intercepted:
                  "headers_sent", "done", "reset", "status", "reply_body", "reply_overflow", "reply", "forwarded",
                  "task", "finished")
 
-    def __init__(self, route: Route, sid: int, call_id: int, window: int):
+    def __init__(self, route: InterceptRoute, sid: int, call_id: int, window: int):
         self.route = route
         self.sid = sid
         self.call_id = call_id
@@ -96,15 +140,19 @@ class Intercepted:
         self.window = window  # the runtime's stream window for what the relay sends
         self.held: list[bytes] = []  # the runtime's final frames (trailers or RST_STREAM)
         self.headers_sent = False  # the runtime's response headers went to the client
-        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.reset = False  # the runtime reset the stream
         self.status: tuple[grpc.StatusCode, str] | None = None
         self.reply_body = bytearray()
         self.reply_overflow = False  # the reply copy did not fit the held budget
-        self.reply: Any = None
+        self.reply: Message | None = None  # the runtime's reply, as forward returned it
         self.forwarded = False
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.finished = False  # the client has had its answer
+
+
+# The state of a stream the relay looks into (Connection.streams).
+StreamState: TypeAlias = Dumped | Intercepted
 
 
 def message_body(data: bytes | bytearray) -> bytes | None:

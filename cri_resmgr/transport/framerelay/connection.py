@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
 from cri_resmgr.transport.framerelay import frames as h2
-from cri_resmgr.transport.framerelay.calls import DUMP, PASS, REFUSE, Dumped, Intercepted
+from cri_resmgr.transport.framerelay.calls import DUMP, PASS, REFUSE, Dumped, Intercepted, StreamState
 from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
 from cri_resmgr.transport.framerelay.intercepting import InterceptedCalls
 
@@ -22,6 +22,15 @@ log = logging.getLogger(__name__)
 _PATH = frozenset({b":path"})
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 _TOMBSTONES = 1024
+
+
+class RuntimeSide(Protocol):
+    """The runtime connection's asyncio protocol (relay.py): what it read, and whether
+    it was lost, before this connection was paired with it."""
+
+    conn: Connection | None
+    early: bytearray
+    lost: bool
 
 
 class _Out:
@@ -60,7 +69,8 @@ def _take(buf: bytearray, start: int, done: int, out: list[bytes]) -> bytes:
 class Connection(InterceptedCalls):
     """One kubelet connection and its runtime connection, frame by frame."""
 
-    def __init__(self, relay: FrameRelay, client: asyncio.Transport, runtime_transport: asyncio.Transport):
+    def __init__(self, relay: FrameRelay, client: asyncio.Transport, runtime_transport: asyncio.Transport,
+                 side: RuntimeSide):
         self.relay = relay
         self.client = _Out(client)
         self.runtime_transport = runtime_transport
@@ -72,9 +82,10 @@ class Connection(InterceptedCalls):
         self.creader = Reader(cache_bytes=self.limits.hpack_cache)  # the client's header blocks
         self.rreader = Reader(cache_bytes=self.limits.hpack_cache)  # the runtime's header blocks
         self.cblock: tuple[int, int, bytearray] | None = None  # (stream, flags, fragments) being read
-        self.rblock: tuple[int, int, bytearray, list[bytes]] | None = None
+        # (stream, flags, fragments, where its frames are held: None when they go on)
+        self.rblock: tuple[int, int, bytearray, list[bytes] | None] | None = None
         self.open: set[int] = set()
-        self.streams: dict[int, Any] = {}
+        self.streams: dict[int, StreamState] = {}
         self.dropped: dict[int, None] = {}  # streams the relay ended: their frames either way are discarded
         self.last_stream = 0
         self.runtime_window = h2.DEFAULT_WINDOW  # connection window for what goes to the runtime
@@ -89,7 +100,6 @@ class Connection(InterceptedCalls):
         self.paused: set[str] = set()  # why the client's side is not read
         self.closed = False
         self.draining = False
-        side: Any = runtime_transport.get_protocol()  # the relay's RuntimeSide
         side.conn = self
         if side.early:
             self.from_runtime(bytes(side.early))
@@ -160,7 +170,7 @@ class Connection(InterceptedCalls):
         if st is not None:
             self._release(st)
 
-    def _release(self, st: Any) -> None:
+    def _release(self, st: StreamState) -> None:
         if isinstance(st, Intercepted) and st.reserved:
             self.relay.held.give_back(st.reserved)
             st.reserved = 0
@@ -281,8 +291,7 @@ class Connection(InterceptedCalls):
             return b""
         self.open.add(sid)
         if route.kind == DUMP:
-            st = Dumped(route, self.relay.call_id(), self.limits.max_message)
-            self.streams[sid] = st
+            self.streams[sid] = Dumped(route, self.relay.call_id(), self.limits.max_message)
             return b""
         if route.kind == REFUSE:
             self._end(sid)
@@ -296,7 +305,7 @@ class Connection(InterceptedCalls):
             self._start_interceptor(st)
         return b""
 
-    def _client_data(self, st: Any, sid: int, flags: int, payload: bytes, length: int) -> None:
+    def _client_data(self, st: Intercepted, sid: int, flags: int, payload: bytes, length: int) -> None:
         """An intercepted request's DATA: held, not passed on (the caller gives the connection credit)."""
         if st.ended:
             return  # after END_STREAM: dropped
@@ -358,7 +367,7 @@ class Connection(InterceptedCalls):
         self.client.send(h2.rst_stream(st.sid, reset))
         self.runtime.send(h2.rst_stream(st.sid))
 
-    def _client_reset(self, sid: int, st: Any) -> None:
+    def _client_reset(self, sid: int, st: StreamState | None) -> None:
         """The client gave up on a call: the runtime is told (the frame goes on)."""
         if isinstance(st, Intercepted):
             st.finished = True
@@ -483,7 +492,7 @@ class Connection(InterceptedCalls):
             self._end(sid)
         return True
 
-    def _runtime_data(self, st: Any, sid: int, flags: int, frame: bytes, length: int) -> bool:
+    def _runtime_data(self, st: StreamState | None, sid: int, flags: int, frame: bytes, length: int) -> bool:
         if isinstance(st, Dumped):
             st.reply_data(h2.data_payload(flags, frame[9:]))
             if flags & h2.END_STREAM:
@@ -505,7 +514,7 @@ class Connection(InterceptedCalls):
             self.runtime.send(h2.window_update(0, length))
         return False
 
-    def _runtime_reset(self, st: Any, sid: int, frame: bytes) -> bool:
+    def _runtime_reset(self, st: StreamState | None, sid: int, frame: bytes) -> bool:
         if isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "stream reset by the runtime")
             self._end(sid)

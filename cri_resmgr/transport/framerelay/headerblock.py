@@ -84,6 +84,7 @@ class Reader:
     def _walk(self, block: bytes, want: frozenset[bytes] | None) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
         pos, end = 0, len(block)
+        name: bytes | None  # None: a literal name, not decoded yet
         try:
             while pos < end:
                 b = block[pos]
@@ -102,9 +103,9 @@ class Reader:
                     continue
                 indexing = b & 0xC0 == 0x40
                 index, pos = _integer(block, pos, 6 if indexing else 4)
-                name_at = None
                 if index:
-                    name: bytes | None = self._entry(index)[0]
+                    name = self._entry(index)[0]
+                    name_at = (0, 0, False)  # the name is in the table, not in the block
                 else:
                     name_at = _raw_string(block, pos)
                     pos = name_at[1]
@@ -116,11 +117,14 @@ class Reader:
                               > self.max_size):
                     store = False  # never fits: it empties the table, whatever it says
                     self._clear()
-                if name is None and (store or want is None):
-                    name = self._decode(block, name_at)
-                elif name is None:
-                    name = self._coded_names(want).get((name_at[2], block[name_at[0]:name_at[1]]))
-                wanted = name is not None and (want is None or name in want)
+                if name is None:
+                    if store or want is None:
+                        name = self._decode(block, name_at)
+                    else:
+                        name = self._coded_names(want).get((name_at[2], block[name_at[0]:name_at[1]]))
+                        if name is None:
+                            continue  # neither wanted nor stored
+                wanted = want is None or name in want
                 if wanted or store:
                     value = self._decode(block, value_at)
                     if wanted:
@@ -204,11 +208,11 @@ def _raw_string(block: bytes, pos: int) -> tuple[int, int, bool]:
     return pos, end, huffman
 
 
-def _least_size(known: bytes | None, at: tuple[int, int, bool] | None) -> int:
+def _least_size(known: bytes | None, at: tuple[int, int, bool]) -> int:
     """A lower bound of a string's decoded length, without decoding it (Huffman
     codes are at most 30 bits long)."""
-    if known is not None or at is None:
-        return len(known or b"")
+    if known is not None:
+        return len(known)
     start, end, huffman = at
     return (end - start) * 8 // 30 if huffman else end - start
 

@@ -5,19 +5,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
+from google.protobuf.message import Message
 
 from cri_resmgr.transport.contract import InterceptError, Request
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.framerelay.calls import Intercepted, UpstreamError, message_body
 from cri_resmgr.transport.refusals import decode_request
 
+if TYPE_CHECKING:
+    from cri_resmgr.transport.framerelay.connection import _Out
+    from cri_resmgr.transport.framerelay.relay import FrameRelay
+
 
 class InterceptedCalls:
     """The part of `Connection` that runs intercepted calls (mixed in; uses its
     windows, writers and stream table)."""
+
+    if TYPE_CHECKING:  # what it uses of Connection, which defines all of these
+        relay: FrameRelay
+        client: _Out
+        runtime: _Out
+        closed: bool
+        runtime_window: int
+        runtime_max_frame: int
+        grant_debt: int
+        granted: asyncio.Event
+        _ready: list[Intercepted]
+
+        def _end(self, sid: int) -> None: ...
+        def _drop_runtime_frames(self, sid: int) -> None: ...
 
     def _start_interceptor(self, st: Intercepted) -> None:
         if st.route.dumper is not None:
@@ -68,7 +87,7 @@ class InterceptedCalls:
             self._answer(st, grpc.StatusCode.INTERNAL, f"cri-resmgr: {e}")
         self._flush_finished()
 
-    async def _forward(self, st: Intercepted, message: Any) -> Any:
+    async def _forward(self, st: Intercepted, message: Message) -> Message:
         if st.forwarded:
             raise RuntimeError("an intercepted call can be forwarded once")
         st.forwarded = True

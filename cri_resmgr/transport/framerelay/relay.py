@@ -10,10 +10,11 @@ import itertools
 import logging
 import os
 import time
+from typing import Final, TypeAlias
 
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
-from cri_resmgr.transport.framerelay.calls import DUMP, INTERCEPT, PASS, REFUSE, Route
+from cri_resmgr.transport.framerelay.calls import DumpRoute, InterceptRoute, PassRoute, RefuseRoute, Route
 from cri_resmgr.transport.framerelay.connection import Connection
 from cri_resmgr.transport.framerelay.limits import HeldBudget, Limits
 from cri_resmgr.transport.framerelay.unreachable import Unreachable
@@ -21,6 +22,9 @@ from cri_resmgr.transport.methods import MethodTable, split_path
 from cri_resmgr.transport.refusals import FailureLog
 
 log = logging.getLogger(__name__)
+
+# What serves a client connection: relayed, or answered alone while the runtime is down.
+Served: TypeAlias = Connection | Unreachable
 
 
 class FrameRelay:
@@ -40,7 +44,7 @@ class FrameRelay:
         self._routes: dict[bytes, Route] = {}  # known methods only, so bounded
         self._call_ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
-        self.connections: set[Connection] = set()
+        self.connections: set[Served] = set()
         self.limits = limits
         self.held = HeldBudget(limits.held_total)
         self.failures = FailureLog(log)
@@ -68,19 +72,16 @@ class FrameRelay:
     def _build(self, path: str) -> Route:
         service = split_path(path)[0].rpartition(".")[2]
         if not self._enabled.get(service, True):
-            return Route(REFUSE, path, refusal=f"cri-resmgr: the {service} is disabled on this relay")
+            return RefuseRoute(path, f"cri-resmgr: the {service} is disabled on this relay")
         method = self.methods.lookup(path)
         dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
-        interceptor = None
         if method is not None and not (method.server_streaming or method.client_streaming):
             interceptor = self._interceptors.get(method.name)
-        if interceptor is None:
-            return Route(DUMP if dumper is not None else PASS, path, method, dumper)
-        r = Route(INTERCEPT, path, method, dumper, interceptor)
-        # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
-        v1 = self.methods.lookup(f"/runtime.v1.{split_path(path)[0].rpartition('.')[2]}/{method.name}") or method
-        r.request_type, r.reply_type = v1.request, v1.response
-        return r
+            if interceptor is not None:
+                # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
+                v1 = self.methods.lookup(f"/runtime.v1.{service}/{method.name}") or method
+                return InterceptRoute(path, method, dumper, interceptor, v1)
+        return DumpRoute(path, method, dumper) if dumper is not None else PassRoute(path, method)
 
     def call_id(self) -> int:
         return next(self._call_ids)
@@ -128,18 +129,41 @@ class FrameRelay:
             await self._server.wait_closed()
 
 
+class _Connecting:
+    """A client connection's stand-in while its runtime side is being connected.
+    Reading is paused until then, so no data comes; a loss or back-pressure has
+    nothing to tell yet."""
+
+    __slots__ = ()
+
+    def from_client(self, data: bytes) -> None:
+        raise RuntimeError("client data before the runtime side is connected")
+
+    def client_lost(self) -> None:
+        pass
+
+    def pause_runtime(self, pause: bool) -> None:
+        pass
+
+
+_CONNECTING: Final = _Connecting()
+
+
 class _ClientSide(asyncio.Protocol):
     """kubelet's connection to the relay."""
 
+    # Set by connection_made, which asyncio calls first. A stream server's
+    # transport is an asyncio.Transport; the stubs type every protocol's BaseTransport.
+    transport: asyncio.Transport
+
     def __init__(self, relay: FrameRelay):
         self.relay = relay
-        self.conn: Connection | None = None
-        self.transport: asyncio.Transport | None = None
-        self._connecting: asyncio.Task | None = None
+        self.conn: Served | _Connecting = _CONNECTING
+        self._connecting: asyncio.Task[None] | None = None
         self.admitted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # see `transport` above
         self.admitted = self.relay.admit()
         if not self.admitted:
             transport.close()
@@ -149,20 +173,22 @@ class _ClientSide(asyncio.Protocol):
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
+        conn: Served
         try:
-            runtime, _ = await loop.create_unix_connection(_RuntimeSide, self.relay.upstream_path)
+            runtime, side = await loop.create_unix_connection(_RuntimeSide, self.relay.upstream_path)
         except OSError as e:
             if self.transport.is_closing():
                 return
             log.warning("runtime at %s unreachable (%s): answering UNAVAILABLE until it is back",
                         self.relay.upstream_path, e)
-            self.conn = Unreachable(self.relay, self.transport, str(e))
+            conn = Unreachable(self.relay, self.transport, str(e))
         else:
             if self.transport.is_closing():
-                runtime.transport.close()
+                runtime.close()
                 return
-            self.conn = Connection(self.relay, self.transport, runtime)
-        self.relay.connections.add(self.conn)
+            conn = Connection(self.relay, self.transport, runtime, side)
+        self.conn = conn
+        self.relay.connections.add(conn)
         self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -171,29 +197,27 @@ class _ClientSide(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.admitted:
             self.relay.clients -= 1
-        if self.conn is not None:
-            self.conn.client_lost()
+        self.conn.client_lost()
 
     def pause_writing(self) -> None:
-        if self.conn is not None:
-            self.conn.pause_runtime(True)
+        self.conn.pause_runtime(True)
 
     def resume_writing(self) -> None:
-        if self.conn is not None:
-            self.conn.pause_runtime(False)
+        self.conn.pause_runtime(False)
 
 
 class _RuntimeSide(asyncio.Protocol):
     """The relay's connection to the runtime, paired with one client connection."""
 
+    transport: asyncio.Transport  # set by connection_made, as for _ClientSide
+
     def __init__(self) -> None:
         self.conn: Connection | None = None
-        self.transport: asyncio.Transport | None = None
         self.early = bytearray()
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # see _ClientSide.transport
 
     def data_received(self, data: bytes) -> None:
         if self.conn is None:
