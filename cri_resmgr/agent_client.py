@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -22,6 +22,9 @@ from cri_resmgr.errors import CriResmgrError
 log = logging.getLogger(__name__)
 
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
+
+# One call of the Agent service on a stub; every method answers a NodeReply.
+_Rpc = Callable[["agent_pb2_grpc.AgentAsyncStub"], Awaitable[agent_pb2.NodeReply]]
 
 
 class AgentError(CriResmgrError):
@@ -45,13 +48,13 @@ class AgentClient:
         self.socket_path = socket_path
         self._timeout = timeout
         self._channel: grpc.aio.Channel | None = None
-        self._stub: agent_pb2_grpc.AgentStub | None = None
+        self._stub: agent_pb2_grpc.AgentAsyncStub | None = None
         self._reported_unavailable = False
 
     async def get_node(self) -> dict[str, Any]:
         """The Node object of the agent's node, as a Kubernetes JSON dict."""
-        reply = await self._call("GetNode", agent_pb2.GetNodeRequest())
-        return json.loads(reply.node_json)
+        request = agent_pb2.GetNodeRequest()
+        return await self._call("GetNode", lambda stub: stub.GetNode(request, timeout=self._timeout))
 
     async def patch_node(self, *, set_labels: Mapping[str, str] | None = None,
                          remove_labels: Iterable[str] = (),
@@ -75,23 +78,23 @@ class AgentClient:
             remove_taints=[agent_pb2.TaintSelector(key=t["key"], effect=t.get("effect", ""))
                            for t in remove_taints],
         )
-        reply = await self._call("PatchNode", request)
-        return json.loads(reply.node_json)
+        return await self._call("PatchNode", lambda stub: stub.PatchNode(request, timeout=self._timeout))
 
     async def update_node_capacity(self, set_capacity: Mapping[str, str] | None = None,
                                    remove_capacity: Iterable[str] = ()) -> dict[str, Any]:
         """Sets or removes extended resources in the Node's capacity; returns the updated Node."""
         request = agent_pb2.UpdateNodeCapacityRequest(
             set_capacity=dict(set_capacity or {}), remove_capacity=list(remove_capacity))
-        reply = await self._call("UpdateNodeCapacity", request)
-        return json.loads(reply.node_json)
+        return await self._call("UpdateNodeCapacity",
+                                lambda stub: stub.UpdateNodeCapacity(request, timeout=self._timeout))
 
     async def close(self) -> None:
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
 
-    async def _call(self, method: str, request):
+    async def _call(self, method: str, rpc: _Rpc) -> dict[str, Any]:
+        """Calls `rpc` on the stub; returns the Node of the agent's reply."""
         if not os.path.exists(self.socket_path):
             self._note_unavailable(f"no agent socket at {self.socket_path}")
             raise AgentUnavailableError(method, grpc.StatusCode.UNAVAILABLE,
@@ -103,7 +106,7 @@ class AgentClient:
                                                       options=[("grpc.use_local_subchannel_pool", 1)])
             self._stub = agent_pb2_grpc.AgentStub(self._channel)
         try:
-            reply = await getattr(self._stub, method)(request, timeout=self._timeout)
+            reply = await rpc(self._stub)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 # Dropping the channel stops gRPC from reconnecting in the background.
@@ -114,9 +117,17 @@ class AgentClient:
         if self._reported_unavailable:
             log.info("node agent reachable again on %s", self.socket_path)
             self._reported_unavailable = False
-        return reply
+        return _node(method, reply)
 
     def _note_unavailable(self, why: str) -> None:
         if not self._reported_unavailable:
             log.debug("node agent not available (%s); continuing without it", why)
             self._reported_unavailable = True
+
+
+def _node(method: str, reply: agent_pb2.NodeReply) -> dict[str, Any]:
+    """The Node object of a reply, as a Kubernetes JSON dict."""
+    node = json.loads(reply.node_json)
+    if not isinstance(node, dict):  # the agent always sends an object; anything else is its bug
+        raise AgentError(method, grpc.StatusCode.INTERNAL, f"reply is not a Node object: {type(node).__name__}")
+    return node

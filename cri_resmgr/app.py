@@ -56,8 +56,10 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
                methods: MethodTable, primary: Upstream) -> Transport:
     """The transport: frames straight through when there is one upstream socket."""
     if settings.relay_transport == "grpc" or _separate_image_socket(settings):
-        return GrpcRelay(settings.relay_socket, runtime, image, methods, interceptors={},
-                     socket_like=primary.path, runtime_enabled=runtime is not None)
+        # GrpcRelay drops its runtime channel when runtime_enabled is False, so with
+        # the runtime service disabled it is given the primary one only to fill the slot.
+        return GrpcRelay(settings.relay_socket, runtime or primary, image, methods, interceptors={},
+                         socket_like=primary.path, runtime_enabled=runtime is not None)
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
                       runtime_enabled=runtime is not None, image_enabled=image is not None)
 
@@ -81,8 +83,9 @@ def _set_debug(debug: bool) -> None:
     logging.getLogger().setLevel(logging.DEBUG if debug else logging.INFO)
 
 
-async def run(settings: Settings, registry: Registry) -> int:
-    methods = MethodTable()
+def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Upstream]:
+    """The runtime and image channels (None: disabled; one channel when they share
+    a socket), and the primary one: the runtime's, else the image service's."""
     runtime = None if settings.runtime_socket == DISABLED else Upstream(settings.runtime_socket)
     if settings.image_socket == DISABLED:
         image = None
@@ -91,6 +94,14 @@ async def run(settings: Settings, registry: Registry) -> int:
     else:
         image = Upstream(settings.image_socket)
     primary = runtime or image
+    if primary is None:  # validate() refuses these settings before run() is called
+        raise ValueError("both the runtime and the image service are disabled ('-'): nothing to relay")
+    return runtime, image, primary
+
+
+async def run(settings: Settings, registry: Registry) -> int:
+    methods = MethodTable()
+    runtime, image, primary = _upstreams(settings)
 
     # Refuse early if another relay is live, before waiting on the runtime.
     try:
@@ -122,10 +133,10 @@ async def run(settings: Settings, registry: Registry) -> int:
 
     relay = make_relay(settings, runtime, image, methods, primary)
 
-    def make_dumper(specs, file, fmt, redact):
+    def make_dumper(specs: list[str], file: str | None, fmt: str, redact: bool) -> Dumper:
         return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods)
 
-    controller = Controller(settings, registry, relay, runtime or image, make_dumper, _set_debug)
+    controller = Controller(settings.engine(), registry, relay, primary, make_dumper, _set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:

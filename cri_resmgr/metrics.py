@@ -9,50 +9,56 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from cri_resmgr.engine.controller import EngineStats
 
 log = logging.getLogger(__name__)
 
 
-class EngineCollector(Collector):
-    def __init__(self, controller) -> None:
-        self._c = controller
+class StatsSource(Protocol):
+    """The engine as metrics see it (`engine.controller.Controller` is one)."""
 
-    def collect(self) -> Iterator:
-        c = self._c
+    def stats(self) -> EngineStats: ...
+
+
+class EngineCollector(Collector):
+    def __init__(self, engine: StatsSource) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._engine.stats()
         active = GaugeMetricFamily("cri_resmgr_policy_active", "The active policy (1)", labels=["policy"])
-        active.add_metric([c.policy_name], 1)
+        active.add_metric([s.policy], 1)
         yield active
-        rm = c.resmgr
-        stats = rm.stats if rm is not None else None
-        yield CounterMetricFamily("cri_resmgr_policy_decisions", "Placement decisions made",
-                                  value=stats.decisions if stats else 0)
+        yield CounterMetricFamily("cri_resmgr_policy_decisions", "Placement decisions made", value=s.decisions)
         yield CounterMetricFamily("cri_resmgr_policy_errors",
                                   "Requests on which the policy failed (forwarded unchanged when fail-open)",
-                                  value=stats.policy_errors if stats else 0)
+                                  value=s.policy_errors)
         yield CounterMetricFamily("cri_resmgr_released_on_exit", "Containers released when seen exited",
-                                  value=stats.released_on_exit if stats else 0)
-        enf = c.enforcer
+                                  value=s.released_on_exit)
         yield CounterMetricFamily("cri_resmgr_updates_sent", "UpdateContainerResources sent on the relay's own",
-                                  value=enf.sent if enf else 0)
+                                  value=s.updates_sent)
         yield CounterMetricFamily("cri_resmgr_updates_failed", "Unsolicited updates given up after retries",
-                                  value=enf.failed if enf else 0)
+                                  value=s.updates_failed)
         containers = GaugeMetricFamily("cri_resmgr_containers", "Containers tracked by the cache")
-        containers.add_metric([], len(rm.cache.containers) if rm is not None else 0)
+        containers.add_metric([], s.containers)
         yield containers
-        if c.dumper is not None:
+        if s.dump_dropped is not None:
             yield CounterMetricFamily("cri_resmgr_dump_dropped", "Dump messages dropped (queue full)",
-                                      value=c.dumper.dropped)
+                                      value=s.dump_dropped)
 
 
-def serve(controller, address: str) -> CollectorRegistry:
+def serve(engine: StatsSource, address: str) -> CollectorRegistry:
     """Serves /metrics on host:port (a thread of prometheus_client's)."""
     host, _, port = address.rpartition(":")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(controller))
+    registry.register(EngineCollector(engine))
     start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
     log.info("metrics on http://%s:%s/metrics", host or "127.0.0.1", port)
     return registry

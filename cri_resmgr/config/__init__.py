@@ -14,7 +14,7 @@ from .schema import (
                      parse_document,
                      parse_modules,
 )
-from .settings import Settings
+from .settings import EngineSettings, Settings
 
-__all__ = ["DEFAULT_RESERVED_NAMESPACES", "Config", "ConfigError", "DumpConfig", "LoggerConfig", "PolicyConfig",
-           "Settings", "parse_document", "parse_modules"]
+__all__ = ["DEFAULT_RESERVED_NAMESPACES", "Config", "ConfigError", "DumpConfig", "EngineSettings", "LoggerConfig",
+           "PolicyConfig", "Settings", "parse_document", "parse_modules"]

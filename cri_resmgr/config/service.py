@@ -37,7 +37,9 @@ class ConfigServicer(config_pb2_grpc.ConfigServicer):
         self._applier = applier
         self._lock = asyncio.Lock()
 
-    async def SetConfig(self, request: config_pb2.SetConfigRequest, context) -> config_pb2.SetConfigReply:
+    async def SetConfig(self, request: config_pb2.SetConfigRequest,
+                        context: grpc.aio.ServicerContext[config_pb2.SetConfigRequest, config_pb2.SetConfigReply],
+                        ) -> config_pb2.SetConfigReply:
         data = dict(request.data)
         source = request.source or f"agent of node {request.node_name or '?'}"
         async with self._lock:
@@ -54,7 +56,9 @@ class ConfigServicer(config_pb2_grpc.ConfigServicer):
         log.info("accepted configuration from %s (modules: %s)", source, ", ".join(sorted(data)) or "none")
         return config_pb2.SetConfigReply()
 
-    async def GetConfig(self, request: config_pb2.GetConfigRequest, context) -> config_pb2.GetConfigReply:
+    async def GetConfig(self, request: config_pb2.GetConfigRequest,
+                        context: grpc.aio.ServicerContext[config_pb2.GetConfigRequest, config_pb2.GetConfigReply],
+                        ) -> config_pb2.GetConfigReply:
         return config_pb2.GetConfigReply(data=dict(self._applier.current()))
 
 

@@ -1,6 +1,8 @@
 """The relay's settings from the command line (and its option file).
 
-One object for the front end and the engine's controller. Each field has the
+One object for the front end (`Settings`); the engine's controller gets only
+its part of it (`EngineSettings`, from `Settings.engine()`), with no sockets or
+transport, so that another front end can feed the engine. Each field has the
 polarity of its flag (`dump_unredacted` for `-dump-unredacted`), so nothing
 is negated between the command line and its readers. The resource-manager
 configuration (YAML, from the agent or a file) is a different thing: see
@@ -9,7 +11,9 @@ configuration (YAML, from the agent or a file) is a different thing: see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from cri_resmgr.config.schema import DumpConfig
 
 DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
 DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
@@ -44,3 +48,29 @@ class Settings:
     fallback_config: str | None = None
     dry_run: bool = False
     disable_policy_switch: bool = False
+
+    def engine(self) -> EngineSettings:
+        """The part of these settings the engine's controller uses."""
+        return EngineSettings(
+            policy=self.policy, state_dir=self.state_dir, host_root=self.host_root,
+            force_config=self.force_config, fallback_config=self.fallback_config, dry_run=self.dry_run,
+            disable_policy_switch=self.disable_policy_switch,
+            dump=DumpConfig(specs=tuple(self.dump), file=self.dump_file, format=self.dump_format,
+                            unredacted=self.dump_unredacted))
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the engine's controller needs of the settings; the fields mean what
+    `Settings`' fields of the same names mean."""
+
+    policy: str = "none"
+    state_dir: str = DEFAULT_STATE_DIR
+    host_root: str = "/"
+    force_config: str | None = None
+    fallback_config: str | None = None
+    dry_run: bool = False
+    disable_policy_switch: bool = False
+    # The dump flags, as a configuration's dump module would give them; that
+    # module, when it names any specs, replaces them.
+    dump: DumpConfig = field(default_factory=DumpConfig)

@@ -9,17 +9,28 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cri_resmgr.config.schema import Config, ConfigError, parse_document, parse_modules
-from cri_resmgr.config.settings import Settings
 
 log = logging.getLogger(__name__)
 
 AGENT_CONFIG_FILE = "agent-config.json"
 
 
-def initial_config(settings: Settings, policy_names: Sequence[str]) -> Config:
+class Places(Protocol):
+    """Where configurations are read and kept: `Settings` (the front end's,
+    for -print-config) and `EngineSettings` (the controller's) both are."""
+
+    @property
+    def force_config(self) -> str | None: ...
+    @property
+    def fallback_config(self) -> str | None: ...
+    @property
+    def state_dir(self) -> str: ...
+
+
+def initial_config(settings: Places, policy_names: Sequence[str]) -> Config:
     """The configuration to start with (see the module docstring)."""
     names = list(policy_names)
     if settings.force_config:
@@ -33,7 +44,7 @@ def initial_config(settings: Settings, policy_names: Sequence[str]) -> Config:
     return without_agent(settings, names)
 
 
-def without_agent(settings: Settings, policy_names: Sequence[str]) -> Config:
+def without_agent(settings: Places, policy_names: Sequence[str]) -> Config:
     """What is in force when no agent configuration applies."""
     if settings.fallback_config:
         return parse_document(read_config_file(settings.fallback_config), settings.fallback_config,
@@ -41,11 +52,11 @@ def without_agent(settings: Settings, policy_names: Sequence[str]) -> Config:
     return Config()
 
 
-def agent_config_path(settings: Settings) -> Path:
+def agent_config_path(settings: Places) -> Path:
     return Path(settings.state_dir) / AGENT_CONFIG_FILE
 
 
-def remember_agent_config(settings: Settings, modules: Mapping[str, str]) -> None:
+def remember_agent_config(settings: Places, modules: Mapping[str, str]) -> None:
     """Keeps an accepted agent configuration for the next start; an empty one
     (no ConfigMap applies) is forgotten, so the next start uses the fallback."""
     path = agent_config_path(settings)

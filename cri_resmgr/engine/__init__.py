@@ -4,7 +4,15 @@
 `cache` (pods and containers, saved across restarts), `classify` (CRI pod and
 container -> policy Workload), `enforce` (updates to the other containers),
 `adopt` (start-up adoption of the runtime's running containers) and
-`controller` (builds and swaps them when the configuration changes). It uses
-the transport only through `transport.contract` and the runtime channel
+`controller` (builds and swaps them when the configuration changes), and
+`messages` (the CRI messages it receives, checked to be the types it reads).
+It uses the transport only through `transport.contract` and the runtime channel
 (`transport.upstream`), so it does not know which transport feeds it.
+
+Its surface is the `controller.Controller`: built from `config.EngineSettings`,
+a `Feed` (anything with the contract's `reconfigure`, which it hands its
+interceptors and dumper to), the runtime channel and a dumper factory; then
+`apply`/`apply_agent`/`reload_forced`, `stats()` (an immutable
+`EngineStats`), `config`, `policy_name` and `close`. Nothing outside the engine
+reads or sets the resource manager, enforcer or dumper it holds.
 """

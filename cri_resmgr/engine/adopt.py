@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from google.protobuf import json_format
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.engine import classify
+from cri_resmgr.engine import classify, messages
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.transport.upstream import Upstream
 
@@ -48,25 +47,12 @@ def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
         cpuset_cpus=str(cpu.get("cpus") or ""), cpuset_mems=str(cpu.get("mems") or ""))
 
 
-async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, Any]:
+async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
     """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
-    pods = await upstream.call(V1 + "ListPodSandbox", pb.ListPodSandboxRequest(), pb.ListPodSandboxResponse)
-    live_pods = {}
-    for p in pods.items:
-        if p.state != pb.PodSandboxState.SANDBOX_READY:
-            continue
-        known = cache.pods.get(p.id)
-        if known is None or not known.cgroup_parent:
-            status = await upstream.call(V1 + "PodSandboxStatus",
-                                         pb.PodSandboxStatusRequest(pod_sandbox_id=p.id, verbose=True),
-                                         pb.PodSandboxStatusResponse)
-            known = PodRecord(id=p.id, name=p.metadata.name, namespace=p.metadata.namespace,
-                              uid=p.metadata.uid, cgroup_parent=cgroup_parent_from_info(dict(status.info)),
-                              annotations=dict(status.status.annotations or p.annotations))
-        live_pods[p.id] = known
+    live_pods = await _live_pods(upstream, cache)
     cache.pods = live_pods
-
-    listed = await upstream.call(V1 + "ListContainers", pb.ListContainersRequest(), pb.ListContainersResponse)
+    listed = await messages.call(upstream, V1 + "ListContainers", pb.ListContainersRequest(),
+                                 pb.ListContainersResponse)
     seen: set[str] = set()
     added = kept = 0
     for c in listed.containers:
@@ -75,27 +61,11 @@ async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str
         seen.add(c.id)
         record = cache.by_id(c.id)
         if record is not None:
-            record.state = "running" if c.state == pb.ContainerState.CONTAINER_RUNNING else "created"
+            record.state = _state(c)
             record.released = False
             kept += 1
             continue
-        pod = live_pods[c.pod_sandbox_id]
-        status = await upstream.call(V1 + "ContainerStatus",
-                                     pb.ContainerStatusRequest(container_id=c.id, verbose=True),
-                                     pb.ContainerStatusResponse)
-        res = resources_from_info(dict(status.info))
-        key = f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}"
-        w = classify.workload(
-            key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
-            cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
-            container_annotations=dict(c.annotations),
-            cri_resources=classify.requirements_from_cri(res.cpu_shares, res.cpu_quota, res.cpu_period,
-                                                         res.memory_limit_in_bytes),
-            reserved_namespaces=reserved_namespaces)
-        cache.add_container(ContainerRecord(
-            key=key, pod_id=c.pod_sandbox_id, name=c.metadata.name, workload=w, id=c.id,
-            state="running" if c.state == pb.ContainerState.CONTAINER_RUNNING else "created",
-            resources=json_format.MessageToDict(res, preserving_proto_field_name=True)))
+        cache.add_container(await _new_container(upstream, c, live_pods[c.pod_sandbox_id], reserved_namespaces))
         added += 1
     vanished = [r for r in cache if r.id not in seen]
     for r in vanished:
@@ -104,3 +74,47 @@ async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str
     log.info("discovered %(pods)d pods; containers: %(kept)d restored, %(added)d new, "
              "%(vanished)d gone since the last run", counts)
     return counts
+
+
+async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
+    """The runtime's ready pods; the saved record of each is kept when it has its cgroup parent."""
+    pods = await messages.call(upstream, V1 + "ListPodSandbox", pb.ListPodSandboxRequest(),
+                               pb.ListPodSandboxResponse)
+    live: dict[str, PodRecord] = {}
+    for p in pods.items:
+        if p.state != pb.PodSandboxState.SANDBOX_READY:
+            continue
+        known = cache.pods.get(p.id)
+        if known is None or not known.cgroup_parent:
+            status = await messages.call(upstream, V1 + "PodSandboxStatus",
+                                         pb.PodSandboxStatusRequest(pod_sandbox_id=p.id, verbose=True),
+                                         pb.PodSandboxStatusResponse)
+            known = PodRecord(id=p.id, name=p.metadata.name, namespace=p.metadata.namespace,
+                              uid=p.metadata.uid, cgroup_parent=cgroup_parent_from_info(dict(status.info)),
+                              annotations=dict(status.status.annotations or p.annotations))
+        live[p.id] = known
+    return live
+
+
+async def _new_container(upstream: Upstream, c: pb.Container, pod: PodRecord,
+                         reserved_namespaces: tuple[str, ...]) -> ContainerRecord:
+    """A running container the cache did not know, with the resources its runtime spec holds."""
+    status = await messages.call(upstream, V1 + "ContainerStatus",
+                                 pb.ContainerStatusRequest(container_id=c.id, verbose=True),
+                                 pb.ContainerStatusResponse)
+    res = resources_from_info(dict(status.info))
+    key = f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}"
+    w = classify.workload(
+        key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
+        cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
+        container_annotations=dict(c.annotations),
+        cri_resources=classify.requirements_from_cri(res.cpu_shares, res.cpu_quota, res.cpu_period,
+                                                     res.memory_limit_in_bytes),
+        reserved_namespaces=reserved_namespaces)
+    return ContainerRecord(key=key, pod_id=c.pod_sandbox_id, name=c.metadata.name, workload=w, id=c.id,
+                           state=_state(c),
+                           resources=json_format.MessageToDict(res, preserving_proto_field_name=True))
+
+
+def _state(c: pb.Container) -> str:
+    return "running" if c.state == pb.ContainerState.CONTAINER_RUNNING else "created"

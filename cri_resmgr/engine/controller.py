@@ -1,8 +1,11 @@
-"""Owns the relay's live parts and applies configurations transactionally.
+"""Owns the engine's live parts and applies configurations transactionally.
 
 A configuration is validated and everything it needs is built first (policy,
 dumper); only then is it switched in. If any step fails, what was in force
 stays in force and the error names what was wrong.
+
+The controller is the engine's surface for whatever feeds it: it is given a
+`Feed` to hand its interceptors to, and answers `stats()` with a snapshot.
 """
 
 from __future__ import annotations
@@ -10,76 +13,176 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.config import Config, ConfigError, Settings, parse_document, parse_modules, sources
+from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt
 from cri_resmgr.engine.cache import Cache
-from cri_resmgr.engine.enforce import Enforcer
-from cri_resmgr.engine.resmgr import Options, ResourceManager
+from cri_resmgr.engine.enforce import Enforcer, UpdateStats
+from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
+from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
-from cri_resmgr.policy.registry import Registry
+from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
-from cri_resmgr.transport.contract import Transport
+from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
 from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
 
+class Feed(Protocol):
+    """What the controller needs of whatever feeds the engine its calls (the
+    relay's transport today, an NRI plugin next): to be told which calls to hand
+    to the engine, and where to copy calls for dumping.
+    `transport.contract.Transport` is one."""
+
+    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+                    dumper: DumpSink | None | Keep = UNCHANGED) -> None: ...
+
+
+class Dumper(DumpSink, Protocol):
+    """A dumper as the controller uses it (`dump.Dumper` is one)."""
+
+    def note(self, text: str) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def dropped(self) -> int: ...
+
+
+class DumperFactory(Protocol):
+    """Builds the dumper a configuration asks for; raises OSError or ValueError
+    when it cannot (a bad file, bad specs), which rejects the configuration."""
+
+    def __call__(self, specs: list[str], file: str | None, fmt: str, redact: bool, /) -> Dumper: ...
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's counters, for metrics."""
+
+    policy: str  # the active policy
+    decisions: int
+    policy_errors: int
+    released_on_exit: int
+    updates_sent: int
+    updates_failed: int
+    containers: int  # tracked by the cache
+    dump_dropped: int | None  # None: no dumper
+
+
+@dataclass(frozen=True)
+class _PolicyKey:
+    """What a policy is built from: a configuration that changes none of it
+    keeps the policy in force, allocations and all."""
+
+    name: str
+    reserved_cpu: object
+    available_cpu: str | None
+    options: str  # the policy's section, as canonical JSON
+    reserved_namespaces: tuple[str, ...]
+    fail_closed: bool
+
+
+def _policy_key(name: str, config: Config) -> _PolicyKey:
+    p = config.policy
+    return _PolicyKey(name, p.reserved_cpu, p.available_cpu,
+                      json.dumps(p.sections.get(name, {}), sort_keys=True, default=str),
+                      p.reserved_namespaces, p.fail_closed)
+
+
 class Controller:
     """Builds the resource manager, policy and dumper a configuration asks for,
-    and swaps them into the transport."""
+    and swaps them into the feed."""
 
-    def __init__(self, settings: Settings, registry: Registry, relay: Transport, runtime: Upstream,
-                 dumper_factory: Callable[..., Any], logger_setter: Callable[[bool], None] | None = None):
-        self.settings = settings
-        self.registry = registry
-        self.relay = relay
-        self.runtime = runtime
+    def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: Upstream,
+                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None):
+        self._settings = settings
+        self._registry = registry
+        self._feed = feed
+        self._runtime = runtime
         self._make_dumper = dumper_factory
         self._set_debug = logger_setter
         self._topology: Topology | None = None
-        self.config: Config | None = None
-        self.policy_name = "none"
-        self.resmgr: ResourceManager | None = None
-        self.dumper = None
-        self.enforcer: Enforcer | None = None
+        self._config: Config | None = None
+        self._policy_name = "none"
+        self._resmgr: ResourceManager | None = None
+        self._dumper: Dumper | None = None
+        self._enforcer: Enforcer | None = None
         self._apply_lock = asyncio.Lock()
-        self._policy_key: tuple | None = None
+        # Serializes allocation changes. Every resource manager gets this one,
+        # so a successor never changes allocations while its predecessor does.
+        self._alloc_lock = asyncio.Lock()
+        self._policy_key: _PolicyKey | None = None
+
+    # -- what the front end reads ----------------------------------------------------
+
+    @property
+    def config(self) -> Config | None:
+        """The configuration in force; None until one has been applied."""
+        return self._config
+
+    @property
+    def policy_name(self) -> str:
+        return self._policy_name
+
+    def stats(self) -> EngineStats:
+        """The counters as they are now. Safe from another thread (metrics):
+        each part is read once, so a concurrent switch gives old or new values."""
+        resmgr, enforcer, dumper = self._resmgr, self._enforcer, self._dumper
+        m = resmgr.stats() if resmgr is not None else ManagerStats()
+        u = enforcer.stats() if enforcer is not None else UpdateStats()
+        return EngineStats(policy=self._policy_name, decisions=m.decisions, policy_errors=m.policy_errors,
+                           released_on_exit=m.released_on_exit, updates_sent=u.sent, updates_failed=u.failed,
+                           containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None)
+
+    def active_policy(self) -> Policy | None:
+        """The policy in force (None: the none policy), for inspection only."""
+        return self._resmgr.policy if self._resmgr is not None else None
+
+    def topology(self) -> Topology:
+        if self._topology is None:
+            self._topology = discover(self._settings.host_root)
+        return self._topology
+
+    async def flush(self) -> None:
+        """Waits until the container updates decided so far have been sent or given up on."""
+        if self._enforcer is not None:
+            await self._enforcer.flush()
 
     # -- sources ----------------------------------------------------------------------
 
     def initial_config(self) -> Config:
-        return sources.initial_config(self.settings, self.registry.names())
+        return sources.initial_config(self._settings, self._registry.names())
 
     # -- applying -------------------------------------------------------------------------
 
     async def apply_agent(self, modules: dict[str, str], source: str = "agent") -> str | None:
         """The Config service's entry: None when accepted, else the error text."""
-        if self.settings.force_config:
-            return (f"configuration is forced from {self.settings.force_config} (-force-config); "
+        if self._settings.force_config:
+            return (f"configuration is forced from {self._settings.force_config} (-force-config); "
                     "agent configuration ignored")
         try:
             if modules:
-                await self.apply(parse_modules(modules, source, self.registry.names()))
+                await self.apply(parse_modules(modules, source, self._registry.names()))
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
-                await self.apply(sources.without_agent(self.settings, self.registry.names()))
+                await self.apply(sources.without_agent(self._settings, self._registry.names()))
         except ConfigError as e:
             log.error("rejected configuration from %s: %s", source, e)
             return str(e)
-        sources.remember_agent_config(self.settings, modules)
+        sources.remember_agent_config(self._settings, modules)
         return None
 
     async def reload_forced(self) -> None:
         """SIGHUP: re-read -force-config; a bad file keeps the current configuration."""
-        path = self.settings.force_config
+        path = self._settings.force_config
         if not path:
             log.info("SIGHUP: no -force-config file to reload")
             return
         try:
-            await self.apply(parse_document(sources.read_config_file(path), path, self.registry.names()))
+            await self.apply(parse_document(sources.read_config_file(path), path, self._registry.names()))
             log.info("SIGHUP: reloaded %s", path)
         except ConfigError as e:
             log.error("SIGHUP: keeping the current configuration: %s", e)
@@ -89,118 +192,132 @@ class Controller:
             await self._apply(config)
 
     async def _apply(self, config: Config) -> None:
-        name = config.policy.active or self.settings.policy
-        info = self.registry.lookup(name)
-        if (self.config is not None and self.settings.disable_policy_switch
-                and info.name != self.policy_name):
-            raise ConfigError(f"{config.source}: policy.Active: switching from {self.policy_name} to "
-                              f"{info.name} is disabled (-disable-policy-switch)")
+        info = self._registry.lookup(config.policy.active or self._settings.policy)
+        self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
-        policy = None
-        policy_key = (info.name, config.policy.reserved_cpu, config.policy.available_cpu,
-                      json.dumps(config.policy.sections.get(info.name, {}), sort_keys=True, default=str),
-                      config.policy.reserved_namespaces, config.policy.fail_closed)
-        if info.factory is not None and policy_key != self._policy_key:
-            try:
-                context = build_context(self.topology(), available=config.policy.available_cpu,
-                                        reserved=config.policy.reserved_cpu,
-                                        options=config.policy.sections.get(info.name, {}))
-                policy = info.factory(context)
-            except ValueError as e:  # ConfigValueError and the like: the configuration is wrong
-                raise ConfigError(f"{config.source}: {e}") from None
-            # Anything else (a TypeError above all) is a bug in the policy and propagates
-            # as one, rather than being reported as a rejected configuration.
-        dump_cfg = self._dump_settings(config)
-        new_dumper = self.dumper
-        if self.config is None or dump_cfg != self._dump_settings(self.config):
-            try:
-                new_dumper = self._make_dumper(*dump_cfg) if dump_cfg[0] else None
-            except (OSError, ValueError) as e:
-                raise ConfigError(f"{config.source}: dump: {e}") from None
-
-        if policy_key != self._policy_key:
+        key = _policy_key(info.name, config)
+        policy = self._build_policy(info, config) if key != self._policy_key else None
+        new_dumper = self._build_dumper(config)
+        if key != self._policy_key:
             try:
                 await self._switch_policy(info.name, policy, config)
             except Exception as e:
-                if new_dumper is not self.dumper and new_dumper is not None:
+                if new_dumper is not self._dumper and new_dumper is not None:
                     new_dumper.close()
                 raise ConfigError(f"{config.source}: applying policy {info.name} failed: {e}") from e
-            self._policy_key = policy_key
-        if new_dumper is not self.dumper:
-            old = self.dumper
-            self.dumper = new_dumper
-            self.relay.reconfigure(dumper=new_dumper)
-            if old is not None:
-                old.close()
+            self._policy_key = key
+        self._swap_dumper(new_dumper)
         if self._set_debug:
             self._set_debug(config.logger.debug)
-        self.config = config
-        log.info("configuration from %s in force: policy %s", config.source, self.policy_name)
+        self._config = config
+        log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
 
-    def _dump_settings(self, config: Config) -> tuple:
-        d = config.dump
-        if d.specs:
-            return (list(d.specs), d.file, d.format, not d.unredacted)
-        s = self.settings
-        return (list(s.dump), s.dump_file, s.dump_format, not s.dump_unredacted)
+    def _check_switch_allowed(self, config: Config, name: str) -> None:
+        if self._config is not None and self._settings.disable_policy_switch and name != self._policy_name:
+            raise ConfigError(f"{config.source}: policy.Active: switching from {self._policy_name} to "
+                              f"{name} is disabled (-disable-policy-switch)")
 
-    def topology(self) -> Topology:
-        if self._topology is None:
-            self._topology = discover(self.settings.host_root)
-        return self._topology
+    def _build_policy(self, info: PolicyInfo, config: Config) -> Policy | None:
+        """The policy the configuration asks for; None for one that decides nothing."""
+        if info.factory is None:
+            return None
+        try:
+            context = build_context(self.topology(), available=config.policy.available_cpu,
+                                    reserved=config.policy.reserved_cpu,
+                                    options=config.policy.sections.get(info.name, {}))
+            policy: Policy = info.factory(context)
+        except ValueError as e:  # ConfigValueError and the like: the configuration is wrong
+            raise ConfigError(f"{config.source}: {e}") from None
+        # Anything else (a TypeError above all) is a bug in the policy and propagates
+        # as one, rather than being reported as a rejected configuration.
+        return policy
 
-    async def _switch_policy(self, name: str, policy, config: Config) -> None:
-        old = self.resmgr
-        if policy is None:  # the none policy: intercept nothing, give containers all CPUs back
-            if old is not None:
-                async with old.lock:
-                    await self._reset_all(old)
-                old.retire()
-            self.resmgr = None
-            self.policy_name = name
-            self.relay.reconfigure(interceptors={})
+    def _build_dumper(self, config: Config) -> Dumper | None:
+        """The dumper the configuration asks for: the one in force when its dump settings are unchanged."""
+        wanted = self._dump_settings(config)
+        if self._config is not None and wanted == self._dump_settings(self._config):
+            return self._dumper
+        if not wanted.specs:
+            return None
+        try:
+            return self._make_dumper(list(wanted.specs), wanted.file, wanted.format, not wanted.unredacted)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{config.source}: dump: {e}") from None
+
+    def _swap_dumper(self, new_dumper: Dumper | None) -> None:
+        if new_dumper is self._dumper:
             return
-        if self.enforcer is None:
-            self.enforcer = Enforcer(self.runtime)
-        lock = old.lock if old is not None else asyncio.Lock()
-        async with lock:
+        old = self._dumper
+        self._dumper = new_dumper
+        self._feed.reconfigure(dumper=new_dumper)
+        if old is not None:
+            old.close()
+
+    def _dump_settings(self, config: Config) -> DumpConfig:
+        """The configuration's dump module when it names any specs, else the dump flags."""
+        return config.dump if config.dump.specs else self._settings.dump
+
+    async def _switch_policy(self, name: str, policy: Policy | None, config: Config) -> None:
+        if policy is None:
+            await self._switch_to_none(name)
+            return
+        if self._enforcer is None:
+            self._enforcer = Enforcer(self._runtime)
+        old = self._resmgr
+        async with self._alloc_lock:
             if old is not None:
-                cache, saved = old.cache, old.policy.assignments() if old.policy_name == name else None
+                cache, saved = old.cache, old.assignments() if old.policy_name == name else None
             else:
-                cache = Cache(self.settings.state_dir)
-                loaded = cache.load()
-                saved = loaded.assignments if loaded is not None and loaded.policy == name else None
-                if loaded is not None and loaded.policy != name:
-                    log.info("policy changed from %s to %s since the last run: re-allocating every container",
-                             loaded.policy, name)
-                await adopt.adopt(self.runtime, cache, config.policy.reserved_namespaces)
-            options = Options(dry_run=self.settings.dry_run, fail_closed=config.policy.fail_closed,
+                cache, saved = await self._load_state(name, config)
+            options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
-            resmgr = ResourceManager(name, policy, cache, self.enforcer, options, note=self._note)
-            resmgr.lock = lock
+            resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
+                                     note=self._note)
             if old is not None:
                 old.retire()
             resmgr.restore(saved)
-            self.resmgr = resmgr
-            self.policy_name = name
-            self.relay.reconfigure(interceptors=resmgr.interceptors())
+            self._resmgr = resmgr
+            self._policy_name = name
+            self._feed.reconfigure(interceptors=resmgr.interceptors())
 
-    async def _reset_all(self, old: ResourceManager) -> None:
+    async def _switch_to_none(self, name: str) -> None:
+        """The none policy: intercept nothing, give containers all CPUs back."""
+        old = self._resmgr
+        if old is not None:
+            async with self._alloc_lock:
+                self._reset_all(old)
+            old.retire()
+        self._resmgr = None
+        self._policy_name = name
+        self._feed.reconfigure(interceptors={})
+
+    async def _load_state(self, name: str, config: Config) -> tuple[Cache, Mapping[str, Assignment] | None]:
+        """The saved state and the runtime's containers (lock held): the cache, and
+        the saved allocations when they were made by the same policy."""
+        cache = Cache(self._settings.state_dir)
+        loaded = cache.load()
+        saved = loaded.assignments if loaded is not None and loaded.policy == name else None
+        if loaded is not None and loaded.policy != name:
+            log.info("policy changed from %s to %s since the last run: re-allocating every container",
+                     loaded.policy, name)
+        await adopt.adopt(self._runtime, cache, config.policy.reserved_namespaces)
+        return cache, saved
+
+    def _reset_all(self, old: ResourceManager) -> None:
         cpus = str(self.topology().online)
         for c in old.cache:
-            if c.id and not c.released and self.enforcer is not None and not self.settings.dry_run:
-                self.enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus))
+            if c.id and not c.released and self._enforcer is not None and not self._settings.dry_run:
+                self._enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus))
 
     def _note(self, text: str) -> None:
-        if self.dumper is not None:
-            self.dumper.note(text)
+        if self._dumper is not None:
+            self._dumper.note(text)
 
     async def close(self) -> None:
-        if self.resmgr is not None:
-            await self.resmgr.close()
-        if self.enforcer is not None:
-            await self.enforcer.close()
-        if self.dumper is not None:
-            self.dumper.close()
-            self.dumper = None
-
+        if self._resmgr is not None:
+            await self._resmgr.close()
+        if self._enforcer is not None:
+            await self._enforcer.close()
+        if self._dumper is not None:
+            self._dumper.close()
+            self._dumper = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import grpc
 
@@ -19,6 +20,14 @@ log = logging.getLogger(__name__)
 
 PATHS = ("/runtime.v1.RuntimeService/UpdateContainerResources",
          "/runtime.v1alpha2.RuntimeService/UpdateContainerResources")
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """A snapshot of the enforcer's counters (see `Enforcer.stats`)."""
+
+    sent: int = 0
+    failed: int = 0  # given up after retries
 
 
 class Enforcer:
@@ -32,9 +41,13 @@ class Enforcer:
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task | None = None
-        self.sent = 0
-        self.failed = 0
+        self._task: asyncio.Task[None] | None = None
+        self._sent = 0
+        self._failed = 0
+
+    def stats(self) -> UpdateStats:
+        """The counters as they are now; safe from another thread (metrics)."""
+        return UpdateStats(sent=self._sent, failed=self._failed)
 
     def submit(self, container_id: str, resources: pb.LinuxContainerResources) -> None:
         self._pending[container_id] = resources
@@ -76,7 +89,7 @@ class Enforcer:
                 return  # superseded while we were retrying
             try:
                 await self._upstream.call(path, request, pb.UpdateContainerResourcesResponse, self._timeout)
-                self.sent += 1
+                self._sent += 1
                 log.info("updated container %s: cpuset %s mems %s", container_id[:12],
                          resources.cpuset_cpus, resources.cpuset_mems or "-")
                 return
@@ -92,5 +105,5 @@ class Enforcer:
                             attempt, self._attempts, code.name, e.details())
             await asyncio.sleep(delay)
             delay *= 2
-        self.failed += 1
+        self._failed += 1
         log.error("giving up updating container %s to cpuset %s", container_id[:12], resources.cpuset_cpus)

@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import classify
+from cri_resmgr.engine import classify, messages
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
 
 EXITED = pb.ContainerState.CONTAINER_EXITED
 # Saves are coalesced: at most one state write per this many seconds, written
@@ -41,27 +45,66 @@ class Options:
     reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES
 
 
-@dataclass
-class Stats:
+@dataclass(frozen=True)
+class ManagerStats:
+    """A snapshot of a resource manager's counters (see `ResourceManager.stats`)."""
+
+    decisions: int = 0
     policy_errors: int = 0
     released_on_exit: int = 0
+    containers: int = 0  # tracked by the cache
+
+
+@dataclass
+class _Counts:
     decisions: int = 0
+    policy_errors: int = 0
+    released_on_exit: int = 0
 
 
 class ResourceManager:
+    """The interceptors of one policy. `lock` serializes allocation changes; the
+    controller passes the same lock to a manager's successor, so that the two
+    never change allocations at the same time during a switch."""
+
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
-                 options: Options | None = None, note: Callable[[str], None] | None = None):
-        self.policy_name = policy_name
-        self.policy = policy
-        self.cache = cache
-        self.enforcer = enforcer
-        self.options = options or Options()
-        self.stats = Stats()
-        self.lock = asyncio.Lock()
+                 lock: asyncio.Lock, options: Options | None = None,
+                 note: Callable[[str], None] | None = None):
+        self._policy_name = policy_name
+        self._policy = policy
+        self._cache = cache
+        self._enforcer = enforcer
+        self._lock = lock
+        self._options = options or Options()
+        self._counts = _Counts()
         self._note = note
         self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
         self._dirty = False
-        self._save_task: asyncio.Task | None = None
+        self._save_task: asyncio.Task[None] | None = None
+
+    # -- what the controller reads ---------------------------------------------------
+
+    @property
+    def policy_name(self) -> str:
+        return self._policy_name
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @property
+    def cache(self) -> Cache:
+        return self._cache
+
+    def assignments(self) -> Mapping[str, Assignment]:
+        """The policy's allocations, for a successor with the same policy to keep."""
+        return self._policy.assignments()
+
+    def stats(self) -> ManagerStats:
+        """The counters as they are now; safe from another thread (metrics)."""
+        c = self._counts
+        return ManagerStats(decisions=c.decisions, policy_errors=c.policy_errors,
+                            released_on_exit=c.released_on_exit, containers=len(self._cache.containers))
 
     # -- the interception table ---------------------------------------------------
 
@@ -82,10 +125,11 @@ class ResourceManager:
     # -- pods ---------------------------------------------------------------------
 
     async def _run_pod(self, req: Request) -> pb.RunPodSandboxResponse:
-        reply = await req.forward(req.message)
-        cfg = req.message.config
-        async with self.lock:
-            self.cache.add_pod(PodRecord(
+        m = messages.request(req, pb.RunPodSandboxRequest)
+        reply = await messages.forward(req, m, pb.RunPodSandboxResponse)
+        cfg = m.config
+        async with self._lock:
+            self._cache.add_pod(PodRecord(
                 id=reply.pod_sandbox_id, name=cfg.metadata.name, namespace=cfg.metadata.namespace,
                 uid=cfg.metadata.uid, cgroup_parent=cfg.linux.cgroup_parent,
                 annotations=dict(cfg.annotations)))
@@ -93,63 +137,58 @@ class ResourceManager:
         return reply
 
     async def _stop_pod(self, req: Request) -> pb.StopPodSandboxResponse:
-        reply = await req.forward(req.message)
-        await self._release_pod(req.message.pod_sandbox_id, remove=False)
+        m = messages.request(req, pb.StopPodSandboxRequest)
+        reply = await messages.forward(req, m, pb.StopPodSandboxResponse)
+        await self._release_pod(m.pod_sandbox_id, remove=False)
         return reply
 
     async def _remove_pod(self, req: Request) -> pb.RemovePodSandboxResponse:
-        reply = await req.forward(req.message)
-        await self._release_pod(req.message.pod_sandbox_id, remove=True)
+        m = messages.request(req, pb.RemovePodSandboxRequest)
+        reply = await messages.forward(req, m, pb.RemovePodSandboxResponse)
+        await self._release_pod(m.pod_sandbox_id, remove=True)
         return reply
 
     async def _release_pod(self, pod_id: str, remove: bool) -> None:
-        async with self.lock:
+        async with self._lock:
             changed: set[str] = set()
-            for c in self.cache.of_pod(pod_id):
+            for c in self._cache.of_pod(pod_id):
                 changed |= self._release(c)
             if remove:
-                self.cache.remove_pod(pod_id)
+                self._cache.remove_pod(pod_id)
             self._sync(changed)
             self._save()
 
     # -- containers ---------------------------------------------------------------
 
     async def _create(self, req: Request) -> pb.CreateContainerResponse:
-        m = req.message
+        m = messages.request(req, pb.CreateContainerRequest)
         cfg = m.config
         key = f"{m.pod_sandbox_id}:{cfg.metadata.name}:{cfg.metadata.attempt}"
-        pod = self.cache.pods.get(m.pod_sandbox_id) or self._pod_from(m.pod_sandbox_id, m.sandbox_config)
+        pod = self._cache.pods.get(m.pod_sandbox_id) or self._pod_from(m.pod_sandbox_id, m.sandbox_config)
         res = cfg.linux.resources
         try:
-            w = classify.workload(
-                key=key, namespace=pod.namespace, pod=pod.name, container=cfg.metadata.name,
-                cgroup_parent=pod.cgroup_parent or m.sandbox_config.linux.cgroup_parent,
-                pod_annotations=pod.annotations or dict(m.sandbox_config.annotations),
-                container_annotations=dict(cfg.annotations),
-                cri_resources=classify.requirements_from_cri(
-                    res.cpu_shares, res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes),
-                reserved_namespaces=self.options.reserved_namespaces)
+            w = self._workload(key, pod, m)
         except Exception as e:  # classification bugs must not fail the kubelet
             return await self._policy_failed(req, f"{pod.namespace}/{pod.name}:{cfg.metadata.name}", e)
 
-        async with self.lock:
-            old = self.cache.containers.get(key)
+        async with self._lock:
+            old = self._cache.containers.get(key)
             changed: set[str] = set()
             if old is not None:  # a retried create whose earlier attempt we never saw end
                 changed |= self._release(old)
-                self.cache.remove_container(key)
+                self._cache.remove_container(key)
             try:
-                decision = self.policy.allocate(w)
-                self.stats.decisions += 1
+                decision = self._policy.allocate(w)
+                self._counts.decisions += 1
             except Exception as e:
                 self._sync(changed)
                 return await self._policy_failed(req, str(w), e)
             if getattr(decision, "warning", None):
                 log.warning("%s: %s", w, decision.warning)
             record = ContainerRecord(key=key, pod_id=m.pod_sandbox_id, name=cfg.metadata.name, workload=w)
-            self.cache.add_container(record)
+            self._cache.add_container(record)
             if decision.resources is not None:
-                if self.options.dry_run:
+                if self._options.dry_run:
                     self._would(w, decision.resources)
                 else:
                     _apply(res, decision.resources)
@@ -157,16 +196,16 @@ class ResourceManager:
             record.resources = json_format.MessageToDict(res, preserving_proto_field_name=True)
             changed |= set(decision.others)
         try:
-            reply = await req.forward(m)
+            reply = await messages.forward(req, m, pb.CreateContainerResponse)
         except BaseException:
-            async with self.lock:
+            async with self._lock:
                 changed |= self._release(record)
-                self.cache.remove_container(key)
+                self._cache.remove_container(key)
                 self._sync(changed)
             raise
-        async with self.lock:
-            if self.cache.containers.get(key) is record:
-                self.cache.set_id(key, reply.container_id)
+        async with self._lock:
+            if self._cache.containers.get(key) is record:
+                self._cache.set_id(key, reply.container_id)
                 record.state = "created"
                 # Others created concurrently may have changed this one meanwhile.
                 changed.add(key)
@@ -174,25 +213,38 @@ class ResourceManager:
             self._save()
         return reply
 
+    def _workload(self, key: str, pod: PodRecord, m: pb.CreateContainerRequest) -> Workload:
+        cfg, res = m.config, m.config.linux.resources
+        return classify.workload(
+            key=key, namespace=pod.namespace, pod=pod.name, container=cfg.metadata.name,
+            cgroup_parent=pod.cgroup_parent or m.sandbox_config.linux.cgroup_parent,
+            pod_annotations=pod.annotations or dict(m.sandbox_config.annotations),
+            container_annotations=dict(cfg.annotations),
+            cri_resources=classify.requirements_from_cri(
+                res.cpu_shares, res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes),
+            reserved_namespaces=self._options.reserved_namespaces)
+
     async def _start(self, req: Request) -> pb.StartContainerResponse:
-        reply = await req.forward(req.message)
-        c = self.cache.by_id(req.message.container_id)
+        m = messages.request(req, pb.StartContainerRequest)
+        reply = await messages.forward(req, m, pb.StartContainerResponse)
+        c = self._cache.by_id(m.container_id)
         if c is not None and c.state != "exited":
             c.state = "running"
         return reply
 
     async def _stop(self, req: Request) -> pb.StopContainerResponse:
-        return await self._forward_then_release(req, drop=False)
+        m = messages.request(req, pb.StopContainerRequest)
+        return await self._forward_then_release(req, m.container_id, pb.StopContainerResponse, drop=False)
 
     async def _remove(self, req: Request) -> pb.RemoveContainerResponse:
-        return await self._forward_then_release(req, drop=True)
+        m = messages.request(req, pb.RemoveContainerRequest)
+        return await self._forward_then_release(req, m.container_id, pb.RemoveContainerResponse, drop=True)
 
-    async def _forward_then_release(self, req: Request, drop: bool):
+    async def _forward_then_release(self, req: Request, container_id: str, kind: type[M], drop: bool) -> M:
         """Releases the container's CPUs once the runtime has stopped or removed it;
         a container the runtime no longer knows is dropped either way."""
-        container_id = req.message.container_id
         try:
-            reply = await req.forward(req.message)
+            reply = await messages.forward(req, req.message, kind)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 await self._released_by_id(container_id, drop=True)
@@ -202,56 +254,57 @@ class ResourceManager:
 
     async def _update(self, req: Request) -> pb.UpdateContainerResourcesResponse:
         """kubelet's own updates pass, but the fields the policy owns keep its values."""
-        m = req.message
-        c = self.cache.by_id(m.container_id)
+        m = messages.request(req, pb.UpdateContainerResourcesRequest)
+        c = self._cache.by_id(m.container_id)
         if c is not None and not c.released:
-            current = self.policy.resources(c.key)
+            current = self._policy.resources(c.key)
             if current is not None and m.HasField("linux"):
                 merged = dict(c.resources)
                 merged.update(json_format.MessageToDict(m.linux, preserving_proto_field_name=True))
                 c.resources = merged
-                if not self.options.dry_run:
+                if not self._options.dry_run:
                     _apply(m.linux, current)
-        return await req.forward(m)
+        return await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
 
     async def _list(self, req: Request) -> pb.ListContainersResponse:
-        reply = await req.forward(req.message)
+        reply = await messages.forward(req, req.message, pb.ListContainersResponse)
         exited = [c.id for c in reply.containers if c.state == EXITED]
         if exited:
             await self._released_on_exit(exited)
         return reply
 
     async def _status(self, req: Request) -> pb.ContainerStatusResponse:
-        reply = await req.forward(req.message)
+        m = messages.request(req, pb.ContainerStatusRequest)
+        reply = await messages.forward(req, m, pb.ContainerStatusResponse)
         if reply.status.state == EXITED:
-            await self._released_on_exit([req.message.container_id])
+            await self._released_on_exit([m.container_id])
         return reply
 
     # -- helpers ------------------------------------------------------------------
 
     async def _released_on_exit(self, ids: list[str]) -> None:
-        todo = [i for i in ids if (c := self.cache.by_id(i)) is not None and not c.released]
+        todo = [i for i in ids if (c := self._cache.by_id(i)) is not None and not c.released]
         if not todo:
             return
-        async with self.lock:
+        async with self._lock:
             changed: set[str] = set()
             for i in todo:
-                c = self.cache.by_id(i)
+                c = self._cache.by_id(i)
                 if c is not None and not c.released:
                     log.info("container %s (%s) exited: releasing its CPUs", c.workload, i[:12])
-                    self.stats.released_on_exit += 1
+                    self._counts.released_on_exit += 1
                     changed |= self._release(c)
             self._sync(changed)
             self._save()
 
     async def _released_by_id(self, container_id: str, drop: bool = False) -> None:
-        c = self.cache.by_id(container_id)
+        c = self._cache.by_id(container_id)
         if c is None:
             return
-        async with self.lock:
+        async with self._lock:
             changed = self._release(c)
             if drop:
-                self.cache.remove_container(c.key)
+                self._cache.remove_container(c.key)
                 self._applied.pop(c.key, None)
             self._sync(changed)
             self._save()
@@ -263,36 +316,36 @@ class ResourceManager:
             return set()
         c.released = True
         self._applied.pop(c.key, None)
-        return set(self.policy.release(c.key).others)
+        return set(self._policy.release(c.key).others)
 
     def _sync(self, keys: set[str]) -> None:
         """Tells the runtime the policy's current resources for these containers (lock held)."""
         for key in keys:
-            c = self.cache.containers.get(key)
+            c = self._cache.containers.get(key)
             if c is None or not c.id or c.released:
                 continue
-            target = self.policy.resources(key)
+            target = self._policy.resources(key)
             if target is None or self._applied.get(key) == target:
                 continue
-            if self.options.dry_run:
+            if self._options.dry_run:
                 self._would(c.workload, target)
                 continue
             self._applied[key] = target
-            if self.enforcer is not None:
+            if self._enforcer is not None:
                 linux = json_format.ParseDict(c.resources, pb.LinuxContainerResources(),
                                               ignore_unknown_fields=True)
                 _apply(linux, target)
                 c.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
-                self.enforcer.submit(c.id, linux)
+                self._enforcer.submit(c.id, linux)
 
-    async def _policy_failed(self, req: Request, who: str, error: Exception):
-        self.stats.policy_errors += 1
-        if self.options.fail_closed:
-            log.error("policy %s failed on %s (fail-closed): %s", self.policy_name, who, error)
-            raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self.policy_name}: {error}")
+    async def _policy_failed(self, req: Request, who: str, error: Exception) -> pb.CreateContainerResponse:
+        self._counts.policy_errors += 1
+        if self._options.fail_closed:
+            log.error("policy %s failed on %s (fail-closed): %s", self._policy_name, who, error)
+            raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self._policy_name}: {error}")
         log.error("policy %s failed on %s: %s; forwarding the request unchanged (fail-open)",
-                  self.policy_name, who, error)
-        return await req.forward(req.message)
+                  self._policy_name, who, error)
+        return await messages.forward(req, req.message, pb.CreateContainerResponse)
 
     def _would(self, w: Workload, r: Resources) -> None:
         text = f"dry-run: would set {w}: cpuset {r.cpuset_cpus} mems {r.cpuset_mems or '-'}"
@@ -304,7 +357,7 @@ class ResourceManager:
         pod = PodRecord(id=pod_id, name=sandbox.metadata.name, namespace=sandbox.metadata.namespace,
                         uid=sandbox.metadata.uid, cgroup_parent=sandbox.linux.cgroup_parent,
                         annotations=dict(sandbox.annotations))
-        self.cache.add_pod(pod)
+        self._cache.add_pod(pod)
         return pod
 
     def _save(self) -> None:
@@ -317,18 +370,18 @@ class ResourceManager:
         await asyncio.sleep(SAVE_DELAY)
         while self._dirty:
             self._dirty = False
-            data = self.cache.snapshot(self.policy_name, self.policy.assignments())
+            data = self._cache.snapshot(self._policy_name, self._policy.assignments())
             try:
-                await asyncio.to_thread(self.cache.write, data)
+                await asyncio.to_thread(self._cache.write, data)
             except OSError as e:
-                log.error("cannot save state to %s: %s", self.cache.path, e)
+                log.error("cannot save state to %s: %s", self._cache.path, e)
 
     def save_now(self) -> None:
         self._dirty = False
         try:
-            self.cache.save(self.policy_name, self.policy.assignments())
+            self._cache.save(self._policy_name, self._policy.assignments())
         except OSError as e:
-            log.error("cannot save state to %s: %s", self.cache.path, e)
+            log.error("cannot save state to %s: %s", self._cache.path, e)
 
     def retire(self) -> None:
         """Replaced by another manager (policy switch): its pending save must not
@@ -345,16 +398,16 @@ class ResourceManager:
 
     # -- start-up and reconfiguration --------------------------------------------------
 
-    def restore(self, saved_assignments: dict[str, Assignment] | None) -> None:
+    def restore(self, saved_assignments: Mapping[str, Assignment] | None) -> None:
         """Places every live container in the cache with the policy (at start-up
         or after a switch) and sends each its resources."""
         items = []
-        for c in self.cache:
+        for c in self._cache:
             if c.released or c.state == "exited":
                 continue
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
-        decision = self.policy.restore(items)
+        decision = self._policy.restore(items)
         self._applied.clear()
         self._sync(set(decision.others))
         self.save_now()  # before serving: the file on disk matches what is in force

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cri_resmgr.config import ConfigError, Settings, parse_document
+from cri_resmgr.config import ConfigError, EngineSettings, parse_document
 from cri_resmgr.engine.controller import Controller
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.registry import PolicyInfo, Registry
@@ -25,13 +25,13 @@ class _NoTransport:
 
 def _controller(tmp_path: Path, factory) -> Controller:
     generate(tmp_path / "host", sockets=1, cores_per_die=2, threads_per_core=1)
-    settings = Settings(state_dir=str(tmp_path / "state"), host_root=str(tmp_path / "host"))
+    settings = EngineSettings(state_dir=str(tmp_path / "state"), host_root=str(tmp_path / "host"))
     registry = Registry([PolicyInfo("picky", "a policy whose constructor raises", factory)])
     return Controller(settings, registry, _NoTransport(), None, lambda *args: None)
 
 
-def _config(controller: Controller):
-    return parse_document("policy: {Active: picky}\n", "test config", controller.registry.names())
+def _config():
+    return parse_document("policy: {Active: picky}\n", "test config", ["picky"])
 
 
 def test_a_type_error_from_a_policy_constructor_propagates_as_a_bug(tmp_path):
@@ -40,7 +40,7 @@ def test_a_type_error_from_a_policy_constructor_propagates_as_a_bug(tmp_path):
 
     controller = _controller(tmp_path, buggy)
     with pytest.raises(TypeError, match="unsupported operand"):
-        asyncio.run(controller.apply(_config(controller)))
+        asyncio.run(controller.apply(_config()))
     assert controller.config is None  # nothing switched in
     # The agent's push is not answered as a rejection either (the Config
     # service reports it as an internal error) and is not remembered.
@@ -55,6 +55,6 @@ def test_a_value_error_from_a_policy_constructor_is_a_rejected_configuration(tmp
 
     controller = _controller(tmp_path, picky)
     with pytest.raises(ConfigError, match="test config: policy.picky.Level: expected 1 to 3"):
-        asyncio.run(controller.apply(_config(controller)))
+        asyncio.run(controller.apply(_config()))
     assert asyncio.run(controller.apply_agent({"policy": "Active: picky\n"})).startswith("agent: policy.picky.Level")
     assert controller.config is None

@@ -3,6 +3,7 @@ generated large topologies, against an in-process CRI double."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import tempfile
@@ -13,9 +14,10 @@ import grpc
 import pytest
 from fake_cri import FakeCRI
 
-from cri_resmgr.config import Settings, parse_document
+from cri_resmgr.config import EngineSettings, parse_document
 from cri_resmgr.dump import Dumper
-from cri_resmgr.engine.controller import Controller
+from cri_resmgr.engine.controller import Controller, EngineStats
+from cri_resmgr.metrics import EngineCollector
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.grpcrelay import GrpcRelay
@@ -42,7 +44,7 @@ class Engine:
         self.kubelet = Kubelet("unix://" + self.relay_sock, cgroup_root="/crirm-fake-nonexistent/kubepods")
 
     def start_relay(self, config: str) -> None:
-        settings = Settings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"))
+        settings = EngineSettings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"))
 
         async def start():
             up = Upstream(self.fake.socket_path)
@@ -56,8 +58,7 @@ class Engine:
         self.relay, self.ctl = self.loop.run(start())
 
     def flush(self) -> None:
-        if self.ctl.enforcer is not None:
-            self.loop.run(self.ctl.enforcer.flush())
+        self.loop.run(self.ctl.flush())
 
     def close(self) -> None:
         self.kubelet.close()
@@ -99,7 +100,7 @@ def check_static_invariants(e: Engine, exclusive_names: set[str]) -> None:
     """Exclusive sets disjoint and outside the reserved set; every shared
     container runs on exactly (online - exclusive); the policy agrees."""
     e.flush()
-    policy = e.ctl.resmgr.policy
+    policy = e.ctl.active_policy()
     online = e.ctl.topology().online
     reserved = policy.reserved
     live = e.fake.live()
@@ -181,8 +182,8 @@ def test_random_create_remove_sequences_keep_invariants(engine_factory):
     for name in sorted(pods):
         e.kubelet.delete_pod(pods.pop(name))
     e.flush()
-    assert dict(e.ctl.resmgr.policy.assignments()) == {}, "allocations leaked"
-    assert e.ctl.resmgr.policy.shared == e.ctl.topology().online
+    assert dict(e.ctl.active_policy().assignments()) == {}, "allocations leaked"
+    assert e.ctl.active_policy().shared == e.ctl.topology().online
 
 
 def test_failed_create_releases_its_allocation(engine_factory):
@@ -195,7 +196,7 @@ def test_failed_create_releases_its_allocation(engine_factory):
     assert err.value.details() == "fake: refusing to create c"  # the runtime's own error
     del e.fake.fail_names["c"]
     e.flush()
-    assert not any(a.exclusive for a in e.ctl.resmgr.policy.assignments().values())
+    assert not any(a.exclusive for a in e.ctl.active_policy().assignments().values())
     assert CPUSet(e.fake.cpuset(watcher.container_ids["c"])) == e.ctl.topology().online
     # The CPUs are really free: another container can have all 4 non-reserved... minus none.
     h = e.kubelet.start_pod(guaranteed("next", "4"))
@@ -237,7 +238,7 @@ def test_fail_open_forwards_unchanged_and_counts(engine_factory):
                        "policy: {Active: broken}\n", registry=_broken_registry())
     h = e.kubelet.start_pod(guaranteed("victim", "1"))
     assert e.fake.cpuset(h.container_ids["c"]) == ""  # unchanged: kubelet sent no cpuset
-    assert e.ctl.resmgr.stats.policy_errors == 1
+    assert e.ctl.stats().policy_errors == 1
 
 
 def test_fail_closed_returns_the_error(engine_factory):
@@ -270,7 +271,7 @@ def test_live_switch_and_rejected_config_keep_state(engine_factory):
     # More reserved CPUs: allocations are re-applied, still consistent.
     e.loop.run(apply("policy: {Active: static, ReservedResources: {CPU: 4}}\n"))
     check_static_invariants(e, {"g"})
-    assert len(e.ctl.resmgr.policy.reserved) == 4
+    assert len(e.ctl.active_policy().reserved) == 4
     # Switch to none: containers get every CPU back; nothing is intercepted.
     e.loop.run(apply("policy: {Active: none}\n"))
     e.flush()
@@ -289,7 +290,7 @@ def test_failed_updates_are_retried_and_never_fail_kubelets_call(engine_factory)
     e.fake.fail_updates = 2  # the shrink of the watcher's cpuset fails twice, then lands
     e.kubelet.start_pod(guaranteed("g", "2"))  # kubelet's call succeeds regardless
     check_static_invariants(e, {"g"})
-    assert e.fake.fail_updates == 0 and e.ctl.enforcer.sent >= 1
+    assert e.fake.fail_updates == 0 and e.ctl.stats().updates_sent >= 1
     assert len(CPUSet(e.fake.cpuset(watcher.container_ids["c"]))) == 6
 
 
@@ -306,17 +307,49 @@ def test_policy_switch_at_startup_reallocates_and_vanished_containers_are_droppe
     e.start_relay("policy: {Active: static-plus, ReservedResources: {CPU: 2}}\n")
     e.flush()
     assert e.ctl.policy_name == "static-plus"
-    keys = set(e.ctl.resmgr.policy.assignments())
+    keys = set(e.ctl.active_policy().assignments())
     assert not any(k.startswith(gone.sandbox_id) for k in keys)  # vanished: released, not restored
     assert any(k.startswith(keep.sandbox_id) for k in keys)
     keep_cpus = CPUSet(e.fake.cpuset(keep.container_ids["c"]))
     shared_cpus = CPUSet(e.fake.cpuset(shared.container_ids["c"]))
     assert len(keep_cpus) == 2 and keep_cpus.isdisjoint(shared_cpus)
-    assert shared_cpus == e.ctl.resmgr.policy.shared  # re-placed by static-plus's pools
-    assert keep_cpus.isdisjoint(e.ctl.resmgr.policy.reserved)
+    assert shared_cpus == e.ctl.active_policy().shared  # re-placed by static-plus's pools
+    assert keep_cpus.isdisjoint(e.ctl.active_policy().reserved)
 
 
 async def _remove_pod_directly(fake, pod_id):
     fake.pods.pop(pod_id, None)
     for cid in [k for k, c in fake.containers.items() if c["pod"] == pod_id]:
         del fake.containers[cid]
+
+
+def test_stats_is_a_snapshot_and_the_metrics_read_it(engine_factory):
+    e = engine_factory(dict(sockets=1, cores_per_die=4, threads_per_core=2), STATIC)
+    e.kubelet.start_pod(besteffort("s"))
+    e.kubelet.start_pod(guaranteed("g", "2"))
+    e.flush()
+    stats = e.ctl.stats()
+    assert (stats.policy, stats.decisions, stats.containers, stats.policy_errors) == ("static", 2, 2, 0)
+    assert stats.updates_sent >= 1 and stats.updates_failed == 0  # the shared container shrank
+    assert stats.dump_dropped is None  # no dumper configured
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.decisions = 0
+    e.kubelet.start_pod(besteffort("later"))
+    assert stats.containers == 2 and e.ctl.stats().containers == 3  # taken then, not read through
+
+    samples = {s.name: s.value for m in EngineCollector(e.ctl).collect() for s in m.samples}
+    assert samples['cri_resmgr_policy_decisions_total'] == 3
+    assert samples['cri_resmgr_containers'] == 3
+    assert 'cri_resmgr_dump_dropped_total' not in samples
+
+
+class _Feed:
+    def reconfigure(self, **changes) -> None:
+        raise AssertionError(f"nothing applied, yet reconfigured with {changes}")
+
+
+def test_stats_before_any_configuration():
+    ctl = Controller(EngineSettings(), default_registry(), _Feed(), None, lambda *args: None)
+    assert ctl.stats() == EngineStats(policy="none", decisions=0, policy_errors=0, released_on_exit=0,
+                                      updates_sent=0, updates_failed=0, containers=0, dump_dropped=None)
+    assert ctl.active_policy() is None and ctl.config is None
