@@ -14,12 +14,12 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Final, Literal, ParamSpec, TextIO
 
 from cri_resmgr.dump.format import FORMATS
 from cri_resmgr.dump.rules import Level, Rules, parse_specs
-from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Writer
+from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Item, Writer
 from cri_resmgr.transport.methods import MethodTable
 
 if TYPE_CHECKING:
@@ -27,7 +27,11 @@ if TYPE_CHECKING:
 
 DEFAULT_QUEUE_SIZE = 10000
 FILE_MODE = 0o600  # dumps hold container environments and command lines
-_STOP = ("stop",)
+# Tells the writer thread to finish; its own kind, so that it cannot be mistaken for an Item.
+_STOP_KIND: Final = "stop"
+_Stop = tuple[Literal["stop"]]
+_STOP: _Stop = (_STOP_KIND,)
+P = ParamSpec("P")
 _OK_CODE_NAMES = (None, "OK")
 
 
@@ -44,7 +48,7 @@ class Dumper:
             raise ValueError(f"dump queue size must be positive, got {queue_size!r}")
         self.count_period = count_period
         self._max = queue_size
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Item | _Stop] = queue.SimpleQueue()
         self._dropped = 0
         self._drop_lock = threading.Lock()
         self._closed = False
@@ -97,7 +101,7 @@ class Dumper:
         """A free-form line (e.g. a dry-run policy decision), dumped whatever the rules."""
         self._put((NOTE, text, time.time()))
 
-    def _put(self, item: tuple) -> None:
+    def _put(self, item: Item) -> None:
         # qsize() is exact enough: only this side adds, so the bound can only be
         # overshot by concurrent producers, never by the consumer.
         if self._closed or self._queue.qsize() >= self._max:
@@ -119,7 +123,7 @@ class Dumper:
     def __enter__(self) -> Dumper:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- writer thread ---------------------------------------------------------------
@@ -134,9 +138,9 @@ class Dumper:
                     item = self._queue.get(timeout=timeout)
                 except queue.Empty:
                     item = None
-                if item is _STOP:
-                    break
                 if item is not None:
+                    if item[0] == _STOP_KIND:
+                        break
                     self._guarded(writer.handle, item)
                 if time.monotonic() >= next_counts:
                     self._guarded(writer.write_counts)
@@ -151,7 +155,7 @@ class Dumper:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is not _STOP:
+                if item[0] != _STOP_KIND:
                     self._guarded(writer.handle, item)
             self._guarded(writer.write_counts)
             self._guarded(writer.report_drops, self._dropped)
@@ -160,11 +164,11 @@ class Dumper:
             if self._owns_out:
                 self._guarded(writer.out.close)
 
-    def _guarded(self, fn, *args) -> None:
+    def _guarded(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
         # One bad message (or a full disk) must not kill the writer and silently
         # stop the dump; say what went wrong where the dump goes, or on stderr.
         try:
-            fn(*args)
+            fn(*args, **kwargs)
         except Exception as err:
             msg = f"cri-resmgr dump: {getattr(fn, '__name__', fn)} failed: {type(err).__name__}: {err}\n"
             try:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from cri_resmgr.dump.redact import redact_envs
@@ -99,7 +100,7 @@ def message_to_plain(message: Message) -> dict[str, Any]:
     return out
 
 
-def _plain_scalar(fd, value: Any) -> Any:
+def _plain_scalar(fd: FieldDescriptor, value: Any) -> Any:
     if fd.message_type is not None:
         return message_to_plain(value)
     if fd.enum_type is not None:

@@ -9,7 +9,22 @@ shortened, like crictl does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+
+if TYPE_CHECKING:
+    # A message's DESCRIPTOR in the C implementation (what protobuf uses here): the
+    # same attributes as the pure-Python classes, a different type.
+    from google._upb._message import Descriptor as UpbDescriptor
+    from google._upb._message import FieldDescriptor as UpbFieldDescriptor
+
+    MessageType = Descriptor | UpbDescriptor
+    Field = FieldDescriptor | UpbFieldDescriptor
+
+V = TypeVar("V")
 
 SHORT_ID = 13  # crictl's truncation
 POD_NAME_LABEL = "io.kubernetes.pod.name"
@@ -45,7 +60,8 @@ class NameBook:
         self._capacity = capacity
         self._pods: dict[str, tuple[str, str]] = {}  # id -> (namespace, name)
         self._containers: dict[str, str] = {}  # id -> "pod:container"
-        self._walk_cache: dict = {}  # message descriptor -> fields worth descending into
+        # message type -> the fields worth descending into
+        self._walk_cache: dict[MessageType, tuple[Field, ...]] = {}
 
     # -- answers -------------------------------------------------------------
 
@@ -91,7 +107,8 @@ class NameBook:
             elif message.HasField(fd.name):
                 self.learn(getattr(message, fd.name))
 
-    def _paths_to_names(self, descriptor, visiting: frozenset = frozenset()) -> tuple:
+    def _paths_to_names(self, descriptor: MessageType,
+                        visiting: frozenset[MessageType] = frozenset()) -> tuple[Field, ...]:
         """The message fields of a type that can lead to a pod or container, cached
         per type: walking every field of large List replies would be wasted work."""
         fields = self._walk_cache.get(descriptor)
@@ -110,21 +127,19 @@ class NameBook:
         return fields
 
     def _learn_pod(self, pod: Message) -> None:
-        meta = pod.metadata
-        self.add_pod(pod.id, meta.namespace, meta.name)
+        self.add_pod(_text(pod, "id"), *_metadata(pod))
 
     def _learn_container(self, ctr: Message) -> None:
-        labels = ctr.labels
         pod = None
-        pod_id = getattr(ctr, "pod_sandbox_id", "")
+        pod_id = _text(ctr, "pod_sandbox_id")  # only some container types carry it
         if pod_id:
             pod = self.pod_name(pod_id)
-        pod = pod or labels.get(POD_NAME_LABEL) or (short_id(pod_id) if pod_id else "")
-        name = ctr.metadata.name
-        self.add_container(ctr.id, f"{pod}:{name}" if pod else name)
+        pod = pod or _labels(ctr).get(POD_NAME_LABEL) or (short_id(pod_id) if pod_id else "")
+        _, name = _metadata(ctr)
+        self.add_container(_text(ctr, "id"), f"{pod}:{name}" if pod else name)
 
 
-def _put(table: dict, key: str, value, capacity: int) -> None:
+def _put(table: dict[str, V], key: str, value: V, capacity: int) -> None:
     table.pop(key, None)
     if len(table) >= capacity:
         del table[next(iter(table))]
@@ -133,31 +148,60 @@ def _put(table: dict, key: str, value, capacity: int) -> None:
 
 def request_qualifier(method_name: str, request: Message, names: NameBook) -> str:
     """What a request is about: 'ns/pod', 'pod:container', an image, or ''."""
-    fields = request.DESCRIPTOR.fields_by_name
     if method_name == "RunPodSandbox":
-        meta = request.config.metadata
-        return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+        namespace, name = _metadata(request, "config")
+        return f"{namespace}/{name}" if namespace else name
     if method_name == "CreateContainer":
-        return f"{request.sandbox_config.metadata.name}:{request.config.metadata.name}"
-    if "container_id" in fields and request.container_id:
-        return names.container(request.container_id)
-    if "pod_sandbox_id" in fields and request.pod_sandbox_id:
-        return names.pod(request.pod_sandbox_id)
-    if "image" in fields and request.HasField("image"):
-        return request.image.image
+        return f"{_metadata(request, 'sandbox_config')[1]}:{_metadata(request, 'config')[1]}"
+    if container_id := _text(request, "container_id"):
+        return names.container(container_id)
+    if pod_id := _text(request, "pod_sandbox_id"):
+        return names.pod(pod_id)
+    if "image" in request.DESCRIPTOR.fields_by_name and request.HasField("image"):
+        return _text(_field(request, "image"), "image")
     return ""
 
 
 def learn_from_call(method_name: str, request: Message | None, reply: Message, names: NameBook) -> None:
     """Update names from a successful reply (and its request, when decoded)."""
     if method_name == "RunPodSandbox" and request is not None:
-        meta = request.config.metadata
-        names.add_pod(reply.pod_sandbox_id, meta.namespace, meta.name)
+        names.add_pod(_text(reply, "pod_sandbox_id"), *_metadata(request, "config"))
     elif method_name == "CreateContainer" and request is not None:
-        pod_meta = request.sandbox_config.metadata
-        names.add_pod(request.pod_sandbox_id, pod_meta.namespace, pod_meta.name)
-        names.add_container(reply.container_id, f"{pod_meta.name}:{request.config.metadata.name}")
+        pod_namespace, pod_name = _metadata(request, "sandbox_config")
+        names.add_pod(_text(request, "pod_sandbox_id"), pod_namespace, pod_name)
+        names.add_container(_text(reply, "container_id"), f"{pod_name}:{_metadata(request, 'config')[1]}")
     elif method_name in ("RemoveContainer", "RemovePodSandbox") and request is not None:
-        names.forget(request.container_id if method_name == "RemoveContainer" else request.pod_sandbox_id)
+        names.forget(_text(request, "container_id" if method_name == "RemoveContainer" else "pod_sandbox_id"))
     else:
         names.learn(reply)
+
+
+# The book reads v1 and v1alpha2 messages alike, by field name: these give the
+# fields it reads their types, checked where they are read.
+
+
+def _text(message: Message, name: str) -> str:
+    """A string field; '' when the message type has no such field."""
+    value = getattr(message, name, "")
+    return value if isinstance(value, str) else ""
+
+
+def _field(message: Message, name: str) -> Message:
+    """A sub-message field (the default instance when unset)."""
+    value = getattr(message, name)
+    if not isinstance(value, Message):
+        raise TypeError(f"{message.DESCRIPTOR.full_name}.{name} is not a message")
+    return value
+
+
+def _metadata(message: Message, *path: str) -> tuple[str, str]:
+    """(namespace, name) of the `metadata` of message, or of its sub-message at `path`."""
+    for name in path:
+        message = _field(message, name)
+    meta = _field(message, "metadata")
+    return _text(meta, "namespace"), _text(meta, "name")
+
+
+def _labels(message: Message) -> Mapping[str, str]:
+    value = getattr(message, "labels", None)
+    return value if isinstance(value, Mapping) else {}

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Final, Literal, TextIO
+
+from google.protobuf.message import Message
 
 from cri_resmgr.dump.format import REPLY, REQUEST, CallRecord, CountRecord, DropRecord, Formatter, NoteRecord, Record
 from cri_resmgr.dump.names import (
@@ -23,12 +25,21 @@ from cri_resmgr.dump.names import (
 from cri_resmgr.dump.rules import Level
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
 
-# Queue item kinds.  Items are plain tuples because the relay thread builds them.
+# Queue item kinds.  Items are plain tuples because the relay's event loop builds
+# them and must stay cheap; the kind in front tells them apart.
+REQ: Final = "req"
+REP: Final = "rep"
+CNT: Final = "cnt"
+NOTE: Final = "note"
 #   (REQ, path, call_id, data, wall_time, level)
+RequestItem = tuple[Literal["req"], str, int, bytes, float, Level]
 #   (REP, path, call_id, data | None, wall_time, level, latency, code_name, details)
+ReplyItem = tuple[Literal["rep"], str, int, bytes | None, float, Level, float, str | None, str]
 #   (CNT, path, calls, failed)
+CountItem = tuple[Literal["cnt"], str, int, int]
 #   (NOTE, text, wall_time)
-REQ, REP, CNT, NOTE = "req", "rep", "cnt", "note"
+NoteItem = tuple[Literal["note"], str, float]
+Item = RequestItem | ReplyItem | CountItem | NoteItem
 
 MAX_PENDING = 65536  # open calls remembered for their qualifier (guards against lost replies)
 
@@ -42,7 +53,7 @@ class Writer:
         self.names = NameBook()
         self._clock = clock
         # call_id -> (qualifier, decoded request kept for learning, or None)
-        self._pending: dict[int, tuple[str, Any]] = {}
+        self._pending: dict[int, tuple[str, Message | None]] = {}
         self._counts: dict[str, list[int]] = {}  # path -> [calls, failed]
         self._counts_since = clock()
         self._drops_reported = 0
@@ -50,20 +61,19 @@ class Writer:
     def emit(self, record: Record) -> None:
         self.out.write(self.formatter(record))
 
-    def handle(self, item: tuple) -> None:
-        kind = item[0]
-        if kind == REQ:
+    def handle(self, item: Item) -> None:
+        if item[0] == REQ:
             self._request(*item[1:])
-        elif kind == REP:
+        elif item[0] == REP:
             self._reply(*item[1:])
-        elif kind == CNT:
+        elif item[0] == CNT:
             counts = self._counts.setdefault(item[1], [0, 0])
             counts[0] += item[2]
             counts[1] += item[3]
-        elif kind == NOTE:
+        elif item[0] == NOTE:
             self.emit(NoteRecord(time=item[2], text=item[1]))
         else:
-            raise ValueError(f"unknown dump queue item {kind!r}")
+            raise ValueError(f"unknown dump queue item {item[0]!r}")
 
     def write_counts(self) -> None:
         """Emit and reset the per-method counts, if any call was counted."""
@@ -86,11 +96,13 @@ class Writer:
         method = self.methods.lookup(path)
         record = self._record(REQUEST, path, method, call_id, wall, level)
         record.raw_size = len(data)
+        keep = None
         if method is not None:
             record.message, record.decode_error = _decode(method.request, data)
-        if record.message is not None:
-            record.qualifier = request_qualifier(method.name, record.message, self.names)
-        keep = record.message if method is not None and method.name in REQUEST_KEEPING_METHODS else None
+            if record.message is not None:
+                record.qualifier = request_qualifier(method.name, record.message, self.names)
+            if method.name in REQUEST_KEEPING_METHODS:
+                keep = record.message
         if len(self._pending) >= MAX_PENDING:
             del self._pending[next(iter(self._pending))]
         self._pending[call_id] = (record.qualifier, keep)
@@ -124,7 +136,7 @@ class Writer:
                           call_id=call_id, level=level)
 
 
-def _decode(cls: type, data: bytes) -> tuple[Any, str]:
+def _decode(cls: type[Message], data: bytes) -> tuple[Message | None, str]:
     try:
         return cls.FromString(data), ""
     except Exception as err:  # a dump must never fail on what it relays

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -21,7 +22,8 @@ import yaml
 _PLAIN = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./@+=:-]*")
 _NOT_PRINTABLE = re.compile("[\x7f-\x9f\ufeff]")
 _STR_TAG = "tag:yaml.org,2002:str"
-_RESOLVER = yaml.resolver.Resolver()
+# types-PyYAML leaves Resolver.resolve untyped: this is what it takes and returns (a tag).
+_resolve: Callable[[type[yaml.Node], str, tuple[bool, bool]], str] = yaml.resolver.Resolver().resolve
 
 
 def to_yaml(obj: Any, indent: int = 0) -> str:
@@ -40,7 +42,7 @@ def _node(obj: Any, indent: int, lines: list[str]) -> None:
         lines.append(" " * indent + _scalar(obj))
 
 
-def _mapping(d: dict, indent: int, lines: list[str]) -> None:
+def _mapping(d: dict[object, object], indent: int, lines: list[str]) -> None:
     pad = " " * indent
     for key, value in d.items():
         k = _string(str(key))
@@ -52,7 +54,7 @@ def _mapping(d: dict, indent: int, lines: list[str]) -> None:
             lines.append(f"{pad}{k}: {_scalar(value)}")
 
 
-def _sequence(items: list, indent: int, lines: list[str]) -> None:
+def _sequence(items: list[object], indent: int, lines: list[str]) -> None:
     pad = " " * indent
     for item in items:
         if isinstance(item, (dict, list)) and item:
@@ -93,7 +95,7 @@ def _scalar(value: Any) -> str:
 @functools.lru_cache(maxsize=8192)  # field names and ids repeat across messages
 def _string(s: str) -> str:
     if _PLAIN.fullmatch(s) and not s.endswith(":") and \
-            _RESOLVER.resolve(yaml.ScalarNode, s, (True, False)) == _STR_TAG:
+            _resolve(yaml.ScalarNode, s, (True, False)) == _STR_TAG:
         return s
     quoted = json.dumps(s, ensure_ascii=False)
     return _NOT_PRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)

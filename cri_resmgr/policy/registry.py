@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from cri_resmgr.errors import CriResmgrError
+from cri_resmgr.policy.api import Policy, PolicyContext
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class PolicyInfo:
     description: str
     # Builds the policy's decision object; None means the policy decides nothing
     # and the relay intercepts nothing (pure passthrough).
-    factory: Callable[..., Any] | None
+    factory: Callable[[PolicyContext], Policy] | None
     aliases: tuple[str, ...] = field(default=())
 
 
@@ -44,7 +44,7 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._table)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[PolicyInfo]:
         return iter(self._policies)
 
     def describe(self) -> str:

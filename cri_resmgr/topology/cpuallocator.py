@@ -87,10 +87,10 @@ class CPUAllocator:
 
     def _build(self) -> None:
         topo = self._topology
-        keyed: dict[tuple, set[int]] = {}
+        keyed: dict[tuple[int, ...], set[int]] = {}
         for cpu, info in topo.cpus.items():
             core_first = info.siblings.min()
-            path = (
+            path: tuple[tuple[int, ...], ...] = (
                 (info.package,),
                 (info.package, info.die),
                 (info.package, info.die, info.node),
@@ -104,7 +104,7 @@ class CPUAllocator:
         self._domains.append(root)
         # A child with exactly its parent's CPUs adds nothing: collapse it so
         # single-die, single-node packages hold their cores directly.
-        parent_of_key: dict[tuple, int] = {(): 0}
+        parent_of_key: dict[tuple[int, ...], int] = {(): 0}
         for key in sorted(keyed, key=lambda k: (len(k), k)):
             if not key:
                 continue

@@ -153,7 +153,7 @@ class CPUSet:
     def __repr__(self) -> str:
         return f"CPUSet({str(self)!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[CPUSet], tuple[str]]:
         return (CPUSet, (str(self),))
 
     def min(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TypeVar
 
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -27,6 +28,8 @@ __all__ = ["discover", "SYSFS_CPU_DIR", "SYSFS_NODE_DIR"]
 
 SYSFS_CPU_DIR = "sys/devices/system/cpu"
 SYSFS_NODE_DIR = "sys/devices/system/node"
+
+D = TypeVar("D")  # what a reader returns for a missing file
 
 _CPU_DIR_RE = re.compile(r"cpu(\d+)")
 _NODE_DIR_RE = re.compile(r"node(\d+)")
@@ -204,7 +207,7 @@ def _read_memtotal(path: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _read_cpulist(path: Path, default):
+def _read_cpulist(path: Path, default: D) -> CPUSet | D:
     text = _read_text(path, default=None)
     if text is None:
         return default
@@ -224,7 +227,7 @@ def _read_int(path: Path, default: int) -> int:
         raise TopologyError(f"{str(path)!r}: expected an integer, got {text.strip()!r}") from None
 
 
-def _read_text(path: Path, default):
+def _read_text(path: Path, default: D) -> str | D:
     try:
         return path.read_text()
     except FileNotFoundError:

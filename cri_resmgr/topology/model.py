@@ -6,18 +6,27 @@ tests and benchmarks may build one directly from CPU and node records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology.cpuset import CPUSet
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 __all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey"]
 
 # A physical core: core_id is only unique within a (package, die), so the
 # triple is the identity.
 CoreKey = tuple[int, int, int]
+
+# Group keys (package ids, (package, die) pairs, core keys) are sorted, so they must compare.
+G = TypeVar("G", bound="SupportsRichComparison")
+K = TypeVar("K")
+V = TypeVar("V")
 
 DEFAULT_LOCAL_DISTANCE = 10
 DEFAULT_REMOTE_DISTANCE = 20
@@ -260,14 +269,14 @@ class Topology:
         )
 
 
-def _group(cpus: Iterable[CPUInfo], key) -> dict:
-    groups: dict = {}
+def _group(cpus: Iterable[CPUInfo], key: Callable[[CPUInfo], G]) -> dict[G, CPUSet]:
+    groups: dict[G, set[int]] = {}
     for info in cpus:
         groups.setdefault(key(info), set()).add(info.id)
     return {k: CPUSet(groups[k]) for k in sorted(groups)}
 
 
-def _lookup(mapping: Mapping, key, what: str):
+def _lookup(mapping: Mapping[K, V], key: K, what: str) -> V:
     try:
         return mapping[key]
     except KeyError:
