@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.topology.cpuset import CPUSet
@@ -17,7 +17,12 @@ from cri_resmgr.topology.cpuset import CPUSet
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
 
-__all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey"]
+__all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey", "Level", "LEVELS"]
+
+# The groupings an allocator can keep a request inside, widest first. Not a tree:
+# a NUMA node may span packages and a package may hold several nodes.
+Level = Literal["package", "die", "node", "l3", "cluster", "l2", "core"]
+LEVELS: tuple[Level, ...] = ("package", "die", "node", "l3", "cluster", "l2", "core")
 
 # A physical core: core_id is only unique within a (package, die), so the
 # triple is the identity.
@@ -46,6 +51,11 @@ class CPUInfo:
     core: int  # core_id as the kernel reports it: unique within package/die only
     node: int
     siblings: CPUSet  # online threads of the same physical core, this one included
+    # Groups the kernel may or may not expose; None where it does not (never guessed).
+    # Each is an id shared by the CPUs of one group: the lowest CPU id of the group.
+    cluster: int | None = None  # topology/cluster_cpus_list (ARM, Intel E-core modules)
+    l2: int | None = None  # cache/index* of level 2, its shared_cpu_list
+    l3: int | None = None  # cache/index* of level 3 (one per AMD CCX)
 
     @property
     def core_key(self) -> CoreKey:
@@ -115,6 +125,7 @@ class Topology:
         self._dies = _group(by_id.values(), lambda c: (c.package, c.die))
         self._cores = _group(by_id.values(), lambda c: c.core_key)
         self._node_cpus = {nid: n.cpus for nid, n in self._nodes.items()}
+        self._levels: dict[Level, tuple[CPUSet, ...]] = {}
         self._check_siblings()
 
     def _check_nodes(self) -> None:
@@ -212,6 +223,36 @@ class Topology:
         if len(matches) > 1:
             raise KeyError(f"core_id {core} repeats across dies of package {package}; pass die=")
         return matches[0]
+
+    # -- groups at every level ----------------------------------------------------
+
+    def groups(self, level: Level) -> tuple[CPUSet, ...]:
+        """The online CPUs split by `level`, each group ordered by its lowest CPU id.
+
+        The groups of a level are disjoint and cover every online CPU; a level the
+        kernel does not expose for every CPU (l2, l3, cluster) has no groups: ().
+        """
+        cached = self._levels.get(level)
+        if cached is None:
+            cached = self._levels[level] = self._make_groups(level)
+        return cached
+
+    def _make_groups(self, level: Level) -> tuple[CPUSet, ...]:
+        found: Iterable[CPUSet]
+        if level == "package":
+            found = self._packages.values()
+        elif level == "die":
+            found = self._dies.values()
+        elif level == "node":
+            found = [cpus for cpus in self._node_cpus.values() if cpus]
+        elif level == "core":
+            found = self._cores.values()
+        else:
+            ids = [getattr(info, level) for info in self._cpus.values()]
+            if any(i is None for i in ids):
+                return ()
+            found = _group(self._cpus.values(), lambda c: getattr(c, level)).values()
+        return tuple(sorted(found, key=lambda cpus: cpus.min()))
 
     # -- NUMA ----------------------------------------------------------------------
 

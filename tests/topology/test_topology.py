@@ -6,6 +6,7 @@ import pytest
 
 from cri_resmgr.topology import CPUInfo, NumaNode, Topology, TopologyError, discover
 from cri_resmgr.topology.cpuset import CPUSet
+from cri_resmgr.topology.model import LEVELS
 from tests.harness.sysfs import fake_topology, generate, layout
 
 SYS = Path("sys/devices/system")
@@ -398,3 +399,17 @@ def test_layout_without_files():
     shape = layout(sockets=2, cores_per_die=2, threads_per_core=2, numbering="interleaved")
     assert [p.cpu for p in shape.places] == list(range(8))
     assert shape.cpus_where(socket=0) == CPUSet("0,2,4,6")
+
+
+def test_groups_at_every_level_cover_the_online_cpus_and_unknown_levels_are_empty() -> None:
+    cpus = [CPUInfo(id=i, package=i // 4, die=0, core=(i % 4) // 2, node=i // 4,
+                    siblings=CPUSet({i - i % 2, i - i % 2 + 1}), l3=i - i % 4) for i in range(8)]
+    topo = Topology(cpus, [NumaNode(0, CPUSet(range(4)), 1), NumaNode(1, CPUSet(range(4, 8)), 1)])
+    for level in LEVELS:
+        groups = topo.groups(level)
+        if level in ("cluster", "l2"):
+            assert groups == ()
+            continue
+        assert sorted(c for g in groups for c in g) == list(range(8)), level
+    assert topo.groups("l3") == (CPUSet(range(4)), CPUSet(range(4, 8)))
+    assert topo.groups("core")[1] == CPUSet({2, 3})
