@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
-import yaml
-
-from cri_resmgr import app, flags
-from cri_resmgr.config import Config, Settings
+from cri_resmgr import app, flags, health, logsetup, printconfig
+from cri_resmgr.config import Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.settings import (
     DEFAULT_CONFIG_SOCKET,
+    DEFAULT_RECONCILE_PERIOD,
     DEFAULT_RELAY_SOCKET,
     DEFAULT_RUNTIME_SOCKET,
     DEFAULT_STATE_DIR,
@@ -40,6 +38,9 @@ DUMP = flags.repeated("dump", "SPEC", "Dump rules, e.g. 'reset,full:.*' or 'name
                       "(repeatable).")
 DUMP_FILE = flags.text("dump-file", "PATH", "Write the dump here (mode 0600) instead of stderr.", None)
 DUMP_FORMAT = flags.choice("dump-format", "Dump format.", ("human", "jsonl"), "human")
+DUMP_MAX_SIZE = flags.option("dump-max-size", "BYTES", "Cap the dump file: past this size it is renamed to "
+                             "FILE.1 and a new one started. The dump file is reopened on SIGHUP (logrotate).",
+                             None, flags.integer(low=1))
 DUMP_UNREDACTED = flags.switch("dump-unredacted", "Do not mask secret-looking environment variables in dumps.")
 CONFIG_SOCKET = flags.text("config-socket", "PATH", "Socket for the node agent's configuration pushes; '-' "
                            "disables it.", DEFAULT_CONFIG_SOCKET)
@@ -56,20 +57,30 @@ DRY_RUN = flags.switch("dry-run", "Decide and log ('would set ...') but relay re
 DISABLE_POLICY_SWITCH = flags.switch("disable-policy-switch", "Refuse configurations that change the active "
                                      "policy while running.")
 RUNTIME_WAIT_TIMEOUT = flags.option("runtime-wait-timeout", "SECONDS", "Give up if the runtime is not ready in "
-                                    "this time (default: wait forever).", None, flags.number())
-METRICS_ADDRESS = flags.text("metrics-address", "HOST:PORT", "Serve Prometheus metrics on this address (e.g. "
-                             "127.0.0.1:8891); default: off.", "")
+                                    "this time (default: wait forever).", None, flags.number(low=0))
+METRICS_ADDRESS = flags.text("metrics-address", "HOST:PORT", "Serve Prometheus metrics (/metrics) and health "
+                             "(/healthz, /readyz) on this address (e.g. 127.0.0.1:8891; ':8891' is 127.0.0.1:8891); "
+                             "default: off.", "")
+PROBE = flags.switch("probe", "Ask the relay at -metrics-address whether it is ready (/readyz); exit 0 if so, "
+                     "1 if not.")
+RECONCILE_PERIOD = flags.option("reconcile-period", "SECONDS", "Reconcile with the runtime this often (one "
+                                "ListContainers): release the CPUs of containers removed behind the relay's back, "
+                                "adopt unknown ones; 0 disables.", DEFAULT_RECONCILE_PERIOD, flags.number(low=0))
 # Read by expand_config before parsing; here for -help.
 CONFIG = flags.text("config", "FILE", "Option file: these options, one per line, without leading dashes.", None)
-LOGGER_DEBUG = flags.switch("logger-debug", "Log at debug level.")
+LOGGER_DEBUG = flags.option("logger-debug", "SOURCES", "Debug logging for '*' (all of cri-resmgr's) or a "
+                            "comma-separated list of sources: " + ", ".join(sorted(logsetup.SOURCES)) +
+                            "; alone, '*'. grpc and asyncio stay at INFO.", frozenset[str](),
+                            logsetup.parse_sources)
 
 COMMAND = flags.Command(
     PROG,
     "CRI relay and node resource manager. Sits between kubelet and the container runtime, relays every CRI "
     "call and applies the active resource policy to the calls it intercepts.",
     (POLICY, LIST_POLICIES, RELAY_SOCKET, RUNTIME_SOCKET, IMAGE_SOCKET, RELAY_TRANSPORT, DUMP, DUMP_FILE,
-     DUMP_FORMAT, DUMP_UNREDACTED, CONFIG_SOCKET, STATE_DIR, HOST_ROOT, FORCE_CONFIG, FALLBACK_CONFIG,
-     PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, CONFIG, LOGGER_DEBUG),
+     DUMP_FORMAT, DUMP_MAX_SIZE, DUMP_UNREDACTED, CONFIG_SOCKET, STATE_DIR, HOST_ROOT, FORCE_CONFIG,
+     FALLBACK_CONFIG, PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, PROBE,
+     RECONCILE_PERIOD, CONFIG, LOGGER_DEBUG),
 )
 
 
@@ -77,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point. Usage errors are one line on stderr and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = expand_config(args)
+        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
+                                         LOGGER_DEBUG.name)
     except OptionFileError as e:
         sys.exit(COMMAND.report(flags.UsageError(str(e))))
     sys.exit(COMMAND.run(args, _run))
@@ -88,20 +100,23 @@ def _run(values: flags.Values) -> int:
     if values[LIST_POLICIES]:
         print(registry.describe())
         return 0
+    if values[PROBE]:
+        if not values[METRICS_ADDRESS]:
+            raise flags.UsageError("-probe asks the relay at -metrics-address: give it")
+        ready, reason = health.probe(values[METRICS_ADDRESS])
+        print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
+        return 0 if ready else 1
     settings = _settings(values, registry)
     try:
         app.validate(settings)
         config = initial_config(settings, registry.names())
-    except ValueError as e:  # ConfigError and DumpSpecError are ValueErrors
+        if values[PRINT_CONFIG]:
+            print(printconfig.render(settings, config, registry))
+            return 0
+    except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
-    if values[PRINT_CONFIG]:
-        _print_config(config, values[POLICY])
-        return 0
-    logging.basicConfig(
-        level=logging.DEBUG if values[LOGGER_DEBUG] else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    return asyncio.run(app.run(settings, registry))
+    debug = logsetup.setup(settings.logger_debug)
+    return asyncio.run(app.run(settings, registry, debug.set_config_debug))
 
 
 def _settings(values: flags.Values, registry: Registry) -> Settings:
@@ -128,6 +143,9 @@ def _settings(values: flags.Values, registry: Registry) -> Settings:
         dump_file=values[DUMP_FILE],
         dump_format=values[DUMP_FORMAT],
         dump_unredacted=values[DUMP_UNREDACTED],
+        dump_max_size=values[DUMP_MAX_SIZE],
+        logger_debug=values[LOGGER_DEBUG],
+        reconcile_period=values[RECONCILE_PERIOD],
         state_dir=values[STATE_DIR],
         host_root=values[HOST_ROOT],
         force_config=values[FORCE_CONFIG],
@@ -135,13 +153,6 @@ def _settings(values: flags.Values, registry: Registry) -> Settings:
         dry_run=values[DRY_RUN],
         disable_policy_switch=values[DISABLE_POLICY_SWITCH],
     )
-
-
-def _print_config(config: Config, policy: str) -> None:
-    doc = config.to_document()
-    doc["policy"]["Active"] = config.policy.active or policy
-    print(f"# effective configuration (source: {config.source})")
-    print(yaml.safe_dump(doc, sort_keys=False).rstrip())
 
 
 if __name__ == "__main__":
