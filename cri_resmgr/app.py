@@ -8,7 +8,7 @@ import signal
 
 import yaml
 
-from cri_resmgr import metrics
+from cri_resmgr import __version__, metrics, sdnotify
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
@@ -100,6 +100,7 @@ def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Up
 
 
 async def run(settings: Settings, registry: Registry) -> int:
+    log.info("cri-resmgr %s starting", __version__)  # the first line: which build wrote this log
     methods = MethodTable()
     runtime, image, primary = _upstreams(settings)
 
@@ -162,7 +163,10 @@ async def run(settings: Settings, registry: Registry) -> int:
         except OSError as e:
             log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
     log.info("policy %s active", controller.policy_name)
+    # Type=notify: systemd starts kubelet (Before=kubelet.service) only now that the relay serves.
+    sdnotify.notify("READY=1", f"STATUS=serving CRI on {settings.relay_socket}")
     await stop.wait()
+    sdnotify.notify("STOPPING=1")
     log.info("shutting down")
     await relay.stop(STOP_GRACE_SECONDS)
     if config_server is not None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import yaml
 
-from cri_resmgr import app, flags
+from cri_resmgr import __version__, app, flags
 from cri_resmgr.config import Config, Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.settings import (
@@ -70,6 +70,7 @@ COMMAND = flags.Command(
     (POLICY, LIST_POLICIES, RELAY_SOCKET, RUNTIME_SOCKET, IMAGE_SOCKET, RELAY_TRANSPORT, DUMP, DUMP_FILE,
      DUMP_FORMAT, DUMP_UNREDACTED, CONFIG_SOCKET, STATE_DIR, HOST_ROOT, FORCE_CONFIG, FALLBACK_CONFIG,
      PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, CONFIG, LOGGER_DEBUG),
+    version=__version__,
 )
 
 
