@@ -36,7 +36,7 @@ while (($#)); do
     --agent) extras+=(agent); commands+=(cri-resmgr-agent) ;;
     --webhook) commands+=(cri-resmgr-webhook) ;;  # standard library only: no extra
     --from) from=${2:?--from needs a wheel or a source directory}; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
   shift
