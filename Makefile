@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all deps demo lint test bench protos images clean
+.PHONY: all deps demo lint test bench protos images install-node uninstall-node clean
 
 all: test
 
@@ -33,6 +33,14 @@ protos: deps
 images:
 	bash scripts/build-images.sh
 	bash scripts/container-images.sh
+
+# On a node, as root (docs/node-install.md): the relay under /opt/cri-resmgr, its unit and
+# sample configuration; INSTALL_ARGS=--agent adds the agent, --webhook the webhook.
+install-node:
+	bash scripts/install-node.sh install $(INSTALL_ARGS)
+
+uninstall-node:
+	bash scripts/install-node.sh uninstall
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

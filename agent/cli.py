@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from cri_resmgr import flags
+from cri_resmgr import __version__, flags
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr_agent.options import AgentOptions
 from cri_resmgr_agent.readiness import probe
@@ -42,6 +42,7 @@ COMMAND = flags.Command(
     "NODE_NAME must name this node.",
     (KUBECONFIG, CONFIG_NS, CONFIGMAP_NAME, LABEL_NAME, AGENT_SOCKET, CONFIG_SOCKET, HEALTH_ADDRESS, PROBE,
      LOG_LEVEL),
+    version=__version__,
 )
 
 

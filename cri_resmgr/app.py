@@ -10,7 +10,7 @@ from collections.abc import Callable
 import grpc
 import yaml
 
-from cri_resmgr import health, metrics
+from cri_resmgr import __version__, health, metrics, sdnotify
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
@@ -125,6 +125,7 @@ def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Up
 
 
 async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool], None] | None = None) -> int:
+    log.info("cri-resmgr %s starting", __version__)  # the first line: which build wrote this log
     methods = MethodTable()
     runtime, image, primary = _upstreams(settings)
 
@@ -193,7 +194,10 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
         reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
     log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
              f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")
+    # Type=notify: systemd starts kubelet (Before=kubelet.service) only now that the relay serves.
+    sdnotify.notify("READY=1", f"STATUS=serving CRI on {settings.relay_socket}")
     await stop.wait()
+    sdnotify.notify("STOPPING=1")
     log.info("shutting down")
     if reconciling is not None:
         reconciling.cancel()

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cri_resmgr import app, flags, health, logsetup, printconfig
+from cri_resmgr import __version__, app, flags, health, logsetup, printconfig
 from cri_resmgr.config import Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.settings import (
@@ -81,6 +81,7 @@ COMMAND = flags.Command(
      DUMP_FORMAT, DUMP_MAX_SIZE, DUMP_UNREDACTED, CONFIG_SOCKET, STATE_DIR, HOST_ROOT, FORCE_CONFIG,
      FALLBACK_CONFIG, PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, PROBE,
      RECONCILE_PERIOD, CONFIG, LOGGER_DEBUG),
+    version=__version__,
 )
 
 

@@ -2,7 +2,8 @@
 
 A flag takes one or two dashes, its value after a space or '=': `-policy static`,
 `-policy=static`, `--policy static`; a switch stands alone (`-dry-run`). `-h`,
-`-help` and `--help` print the flag table and exit 0. Any usage error is one line,
+`-help` and `--help` print the flag table and exit 0; `-version` and `--version` print
+the program's name and version and exit 0 (when the command has a version). Any usage error is one line,
 `PROG: error: MESSAGE` naming the flag as it was typed, and exit code 2.
 
 This module imports only the standard library: the webhook's container image holds
@@ -17,12 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
-__all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Values", "choice", "integer", "number",
-           "option", "repeated", "switch", "text"]
+__all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Values", "VersionRequested", "choice",
+           "integer", "number", "option", "repeated", "switch", "text"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT
 HELP_NAMES = ("h", "help")
+VERSION_NAME = "version"
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -45,6 +47,10 @@ class UsageError(CommandError):
 
 
 class HelpRequested(Exception):
+    pass
+
+
+class VersionRequested(Exception):
     pass
 
 
@@ -145,6 +151,8 @@ class Command:
     prog: str
     summary: str  # what the command does, shown by -help above the flags
     flags: Sequence[Flag[object]]
+    # Printed by -version; the caller passes cri_resmgr.__version__ (this module imports nothing of the project).
+    version: str | None = None
 
     def run(self, argv: Sequence[str], body: Callable[[Values], int]) -> int:
         """Parses argv and calls body with the values; returns the exit code: body's,
@@ -153,6 +161,9 @@ class Command:
             return body(self.parse(argv))
         except HelpRequested:
             print(self.help())
+            return 0
+        except VersionRequested:
+            print(f"{self.prog} {self.version}")
             return 0
         except CommandError as err:
             return self.report(err)
@@ -166,7 +177,8 @@ class Command:
         return err.code
 
     def parse(self, argv: Sequence[str]) -> Values:
-        """Raises UsageError for a bad command line, HelpRequested for -h/-help/--help."""
+        """Raises UsageError for a bad command line, HelpRequested for -h/-help/--help,
+        VersionRequested for -version/--version."""
         by_name = {f.name: f for f in self.flags}
         given: dict[str, tuple[str, list[str]]] = {}  # name -> (spelling as typed, texts)
         args = list(argv)
@@ -189,6 +201,8 @@ class Command:
         name = spelling[2:] if spelling.startswith("--") else spelling[1:]
         if name in HELP_NAMES:
             raise HelpRequested
+        if name == VERSION_NAME and self.version is not None and VERSION_NAME not in by_name:
+            raise VersionRequested
         flag = by_name.get(name)
         if flag is None:
             raise UsageError(f"no such option: {spelling}")
@@ -227,6 +241,8 @@ class Command:
             # Paths and names stay whole: a reader copies them.
             lines += textwrap.wrap(flag.help + _default_note(flag), 100, initial_indent=" " * 8,
                                    subsequent_indent=" " * 8, break_on_hyphens=False, break_long_words=False)
+        if self.version is not None:
+            lines += ["  -version, --version", " " * 8 + "Print the version and exit."]
         lines += ["  -h, -help, --help", " " * 8 + "Show this help and exit."]
         return "\n".join(lines)
 

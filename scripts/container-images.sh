@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the deployable container images (webhook, agent) where a container
+# Builds the deployable container images (relay, webhook, agent) where a container
 # build tool actually works. The development and CI machines have none (a
 # docker client without a daemon), so there it says so and exits 0.
 set -euo pipefail
@@ -15,15 +15,16 @@ elif command -v buildah >/dev/null; then
 fi
 if [ -z "$builder" ]; then
   echo "container-images: no working container build tool (docker daemon, podman, buildah) here;" \
-       "build webhook/Dockerfile and agent/Dockerfile on a machine that has one" >&2
+       "build cri_resmgr/Dockerfile, webhook/Dockerfile and agent/Dockerfile on a machine that has one" >&2
   exit 0
 fi
-for component in webhook agent; do
-  [ -f "$component/Dockerfile" ] || continue
-  echo "building cri-resmgr-$component:$TAG with $builder"
+# image name:Dockerfile (tests/node/test_dockerfiles.py reads this table)
+for pair in cri-resmgr:cri_resmgr/Dockerfile cri-resmgr-webhook:webhook/Dockerfile cri-resmgr-agent:agent/Dockerfile; do
+  image=${pair%%:*} dockerfile=${pair#*:}
+  echo "building $image:$TAG with $builder"
   if [ "$builder" = buildah ]; then
-    buildah bud -f "$component/Dockerfile" -t "cri-resmgr-$component:$TAG" .
+    buildah bud -f "$dockerfile" -t "$image:$TAG" .
   else
-    "$builder" build -f "$component/Dockerfile" -t "cri-resmgr-$component:$TAG" .
+    "$builder" build -f "$dockerfile" -t "$image:$TAG" .
   fi
 done

@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 
-APT_PACKAGES=(containerd runc busybox-static openssl iproute2 util-linux procps)
+# python3-venv: a minimal Debian's python3 has no ensurepip, so `python3 -m venv` fails
+# without it (also for scripts/install-node.sh); make: the README's commands.
+APT_PACKAGES=(python3-venv make containerd runc busybox-static openssl iproute2 util-linux procps)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,6 +34,7 @@ fi
 stamp="$VENV/.cri-resmgr-installed"
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
-  "$VENV/bin/pip" install -q -e '.[test]'
+  # agent: its tests run the real kubernetes client; test: lint, types, grpcio-tools.
+  "$VENV/bin/pip" install -q -e '.[agent,test]'
   touch "$stamp"
 fi

@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from cri_resmgr import flags
+from cri_resmgr import __version__, flags
 
 from .server import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, ServerConfig, WebhookServer
 from .tls import CertificateError, server_context
@@ -35,6 +35,7 @@ COMMAND = flags.Command(
     "Mutating admission webhook: adds to every new pod the annotation intel.com/resources with each "
     "container's requests and limits.",
     (CERT_FILE, KEY_FILE, PORT, BIND_ADDRESS, MAX_BODY_BYTES, SHUTDOWN_GRACE, LOG_LEVEL),
+    version=__version__,
 )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import configparser
 from pathlib import Path
 
 import kubernetes_validate
@@ -98,17 +97,6 @@ def test_sample_configmaps_configure_agents(kubeapi, relay, make_agent, wait):
     make_agent("node1")
     node_map = next(cm for cm in by_kind("ConfigMap") if cm["metadata"]["name"].endswith("node.node1"))
     wait(lambda: relay.applier.config == node_map["data"], "node1's own sample map accepted")
-
-
-def test_systemd_unit_starts_the_relay_before_kubelet():
-    unit = configparser.ConfigParser(strict=False, interpolation=None)
-    unit.optionxform = str
-    unit.read(DEPLOY / "cri-resmgr.service")
-    assert "kubelet.service" in unit["Unit"]["Before"].split()
-    assert "containerd.service" in unit["Unit"]["After"].split()
-    assert unit["Service"]["ExecStart"].split()[0].endswith("/cri-resmgr")
-    assert unit["Service"]["Restart"] == "always"
-    assert "multi-user.target" in unit["Install"]["WantedBy"].split()
 
 
 def test_sample_configmaps_are_valid_relay_configurations():

@@ -1,0 +1,129 @@
+"""scripts/install-node.sh into a throwaway root (ROOT=, as if it were /), from a wheel built
+here: the relay-only venv, the links, the unit and the sample files, an upgrade that adds the
+agent, and an uninstall that leaves the root exactly as it was, the operator's files included."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cri_resmgr import __version__
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "install-node.sh"
+OPERATOR_DEFAULTS = 'CRI_RESMGR_OPTIONS="-policy static"\n'
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built with the installed setuptools from a copy of the sources (the checkout stays clean)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for name in ("cri_resmgr", "agent", "webhook"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = "import sys, setuptools.build_meta as b; print(b.build_wheel(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", build, str(out)], cwd=src, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out / done.stdout.strip().splitlines()[-1]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root: a file's digest, a link's target, 'dir'."""
+    seen = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.is_symlink():
+            seen[key] = "-> " + os.readlink(path)
+        elif path.is_dir():
+            seen[key] = "dir"
+        else:
+            seen[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return seen
+
+
+def run(root: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ROOT": str(root), "PYTHON": shutil.which("python3") or "python3"}
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
+    return done
+
+
+def venv_has(root: Path, module: str) -> bool:
+    python = root / "opt/cri-resmgr/current/bin/python"
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([str(python), "-c", probe], timeout=60).returncode == 0
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    """A node that has an operator's /etc/default/cri-resmgr and another program in /usr/local/bin."""
+    (tmp_path / "etc/default").mkdir(parents=True)
+    (tmp_path / "etc/default/cri-resmgr").write_text(OPERATOR_DEFAULTS)
+    (tmp_path / "usr/local/bin").mkdir(parents=True)
+    (tmp_path / "usr/local/bin/kubectl").write_text("#!/bin/sh\n")
+    yield tmp_path
+    # Venvs are some 100 MB each: not left for pytest's keep-the-last-three clean-up.
+    shutil.rmtree(tmp_path / "opt", ignore_errors=True)
+
+
+def test_install_upgrade_uninstall(root, wheel):
+    before = snapshot(root)
+    run(root, "--from", str(wheel))
+    bin_dir = root / "usr/local/bin"
+    # The relay alone: neither the agent's client nor the protobuf generator.
+    assert venv_has(root, "grpc") and venv_has(root, "yaml")
+    assert not venv_has(root, "kubernetes") and not venv_has(root, "grpc_tools")
+    shown = subprocess.run([str(bin_dir / "cri-resmgr"), "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.stdout == f"cri-resmgr {__version__}\n", shown.stderr
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["cri-resmgr", "kubectl"]
+    # The unit names files that are there; the operator's defaults are untouched.
+    unit = (root / "etc/systemd/system/cri-resmgr.service").read_text()
+    assert "ExecStart=/usr/local/bin/cri-resmgr -fallback-config /etc/cri-resmgr/fallback.yaml" in unit
+    assert (root / "etc/default/cri-resmgr").read_text() == OPERATOR_DEFAULTS
+    fallback = root / "etc/cri-resmgr/fallback.yaml"
+    assert fallback.read_text() == (REPO / "scripts/node/fallback.yaml").read_text()
+    checked = subprocess.run([str(bin_dir / "cri-resmgr"), "-fallback-config", str(fallback), "-print-config"],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+
+    # An upgrade that adds the agent: a new venv, the old one kept for the running relay.
+    fallback.write_text(fallback.read_text() + "# the operator's note\n")
+    first_venv = os.readlink(root / "opt/cri-resmgr/current")
+    run(root, "--agent", "--webhook", "--from", str(wheel))
+    assert os.readlink(root / "opt/cri-resmgr/current") != first_venv
+    assert (root / "opt/cri-resmgr" / first_venv).is_dir()
+    assert venv_has(root, "kubernetes") and not venv_has(root, "grpc_tools")
+    for command in ("cri-resmgr-agent", "cri-resmgr-webhook"):
+        shown = subprocess.run([str(bin_dir / command), "-version"], capture_output=True, text=True, timeout=60)
+        assert shown.stdout == f"{command} {__version__}\n", shown.stderr
+    assert fallback.read_text().endswith("# the operator's note\n")
+
+    # Uninstall: everything install added goes, but a configuration the operator changed stays.
+    done = run(root, "uninstall")
+    assert "kept /etc/cri-resmgr/fallback.yaml" in done.stdout
+    fallback.unlink()
+    (root / "etc/cri-resmgr").rmdir()
+    assert snapshot(root) == before
+
+
+def test_a_command_that_is_not_ours_stops_the_install_before_anything_is_built(root, wheel):
+    (root / "usr/local/bin/cri-resmgr").write_text("#!/bin/sh\necho someone else's\n")
+    before = snapshot(root)
+    done = run(root, "--from", str(wheel), ok=False)
+    assert "/usr/local/bin/cri-resmgr exists and was not installed by this script" in done.stderr
+    assert snapshot(root) == before
+
+
+def test_uninstall_without_install(root):
+    done = run(root, "uninstall", ok=False)
+    assert "nothing to uninstall" in done.stderr
