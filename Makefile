@@ -13,9 +13,11 @@ deps:
 demo: deps
 	$(PY) -m tests.harness.demo
 
-# Lint, then the layers (.importlinter, docs/architecture.md): `make test` fails on either.
+# Lint, types (mypy --strict on the package, setup.cfg) and the layers (.importlinter,
+# docs/architecture.md): `make test` fails on any of them before running a test.
 lint: deps
 	$(VENV)/bin/ruff check cri_resmgr agent webhook tests
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 test: lint

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 
+import grpc
 import yaml
 
-from cri_resmgr import metrics
+from cri_resmgr import health, metrics
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
@@ -36,7 +38,7 @@ def validate(settings: Settings) -> None:
     if settings.metrics_address:
         host, sep, port = settings.metrics_address.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"-metrics-address {settings.metrics_address!r}: expected HOST:PORT")
+            raise ValueError(f"-metrics-address {settings.metrics_address!r}: expected HOST:PORT (or :PORT)")
     if settings.relay_transport == "h2" and _separate_image_socket(settings):
         raise ValueError("-relay-transport h2 relays to one socket, but the image socket "
                          f"{settings.image_socket} differs from the runtime socket {settings.runtime_socket}; "
@@ -79,8 +81,31 @@ class _ConfigApplier:
         return {k: yaml.safe_dump(v, sort_keys=False) for k, v in self._c.config.to_document().items()}
 
 
-def _set_debug(debug: bool) -> None:
-    logging.getLogger().setLevel(logging.DEBUG if debug else logging.INFO)
+async def _reconcile_every(controller: Controller, period: float) -> None:
+    """The periodic reconcile; a failure is logged once until a reconcile works again
+    (the runtime being away is the transport's to report)."""
+    failing = False
+    while True:
+        await asyncio.sleep(period)
+        try:
+            counts = await controller.reconcile()
+        except (grpc.aio.AioRpcError, OSError) as e:
+            if not failing:
+                log.warning("reconcile with the runtime failed: %s (retrying every %gs)",
+                            e.details() if isinstance(e, grpc.aio.AioRpcError) else e, period)
+            failing = True
+            continue
+        if failing:
+            log.info("reconcile with the runtime works again")
+        failing = False
+        if counts["gone"] or counts["adopted"]:
+            log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted", counts)
+
+
+def _on_sighup(controller: Controller) -> None:
+    """SIGHUP: re-read -force-config and reopen the dump file (logrotate's postrotate)."""
+    controller.reopen_dump()
+    asyncio.ensure_future(controller.reload_forced())
 
 
 def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Upstream]:
@@ -99,7 +124,7 @@ def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Up
     return runtime, image, primary
 
 
-async def run(settings: Settings, registry: Registry) -> int:
+async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool], None] | None = None) -> int:
     methods = MethodTable()
     runtime, image, primary = _upstreams(settings)
 
@@ -134,16 +159,16 @@ async def run(settings: Settings, registry: Registry) -> int:
     relay = make_relay(settings, runtime, image, methods, primary)
 
     def make_dumper(specs: list[str], file: str | None, fmt: str, redact: bool) -> Dumper:
-        return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods)
+        return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods, max_size=settings.dump_max_size)
 
-    controller = Controller(settings.engine(), registry, relay, primary, make_dumper, _set_debug)
+    controller = Controller(settings.engine(), registry, relay, primary, make_dumper, set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:
         log.error("%s", e)
         await controller.close()
         return 1
-    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(controller.reload_forced()))
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup, controller)
 
     config_server = None
     try:
@@ -156,14 +181,24 @@ async def run(settings: Settings, registry: Registry) -> int:
         await relay.stop(0)
         await controller.close()
         return 1
+    http = None
     if settings.metrics_address:
         try:
-            metrics.serve(controller, settings.metrics_address)
+            http = health.serve(settings.metrics_address, metrics.registry(controller),
+                                health.on_loop(controller, loop))
         except OSError as e:
             log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
-    log.info("policy %s active", controller.policy_name)
+    reconciling = None
+    if settings.reconcile_period > 0:  # a no-op while the none policy is in force
+        reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
+    log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
+             f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")
     await stop.wait()
     log.info("shutting down")
+    if reconciling is not None:
+        reconciling.cancel()
+    if http is not None:
+        await asyncio.to_thread(http.shutdown)
     await relay.stop(STOP_GRACE_SECONDS)
     if config_server is not None:
         await config_server.stop()

@@ -1,161 +1,158 @@
-"""The `cri-resmgr` command line: Go-style single-dash long flags, and --flags."""
+"""The `cri-resmgr` command line: Go-style flags (cri_resmgr.flags), and an option file."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
+from collections.abc import Sequence
 
-import click
-import yaml
-
-from cri_resmgr import app
+from cri_resmgr import app, flags, health, logsetup, printconfig
 from cri_resmgr.config import Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.settings import (
     DEFAULT_CONFIG_SOCKET,
+    DEFAULT_RECONCILE_PERIOD,
     DEFAULT_RELAY_SOCKET,
     DEFAULT_RUNTIME_SOCKET,
     DEFAULT_STATE_DIR,
 )
 from cri_resmgr.config.sources import initial_config
-from cri_resmgr.policy.registry import UnknownPolicy, default_registry
+from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
 
 PROG = "cri-resmgr"
 
+POLICY = flags.text("policy", "NAME", "Active resource policy (see -list-policies).", "none")
+LIST_POLICIES = flags.switch("list-policies", "List the available policies and exit.")
+RELAY_SOCKET = flags.text("relay-socket", "PATH", "Socket the relay serves CRI on (point kubelet's "
+                          "--container-runtime-endpoint here).", DEFAULT_RELAY_SOCKET)
+RUNTIME_SOCKET = flags.text("runtime-socket", "PATH", "Runtime service socket to relay to; '-' disables the "
+                            "runtime service.", DEFAULT_RUNTIME_SOCKET)
+IMAGE_SOCKET = flags.text("image-socket", "PATH", "Image service socket; default: the runtime socket; '-' "
+                          "disables the image service.", None)
+RELAY_TRANSPORT = flags.choice(
+    "relay-transport", "How calls are relayed: 'h2' passes HTTP/2 frames through (fast; one runtime socket), "
+    "'grpc' relays each call through gRPC; 'auto' is h2 unless the image socket is separate.",
+    ("auto", "h2", "grpc"), "auto")
+DUMP = flags.repeated("dump", "SPEC", "Dump rules, e.g. 'reset,full:.*' or 'name:List.*,count:Version' "
+                      "(repeatable).")
+DUMP_FILE = flags.text("dump-file", "PATH", "Write the dump here (mode 0600) instead of stderr.", None)
+DUMP_FORMAT = flags.choice("dump-format", "Dump format.", ("human", "jsonl"), "human")
+DUMP_MAX_SIZE = flags.option("dump-max-size", "BYTES", "Cap the dump file: past this size it is renamed to "
+                             "FILE.1 and a new one started. The dump file is reopened on SIGHUP (logrotate).",
+                             None, flags.integer(low=1))
+DUMP_UNREDACTED = flags.switch("dump-unredacted", "Do not mask secret-looking environment variables in dumps.")
+CONFIG_SOCKET = flags.text("config-socket", "PATH", "Socket for the node agent's configuration pushes; '-' "
+                           "disables it.", DEFAULT_CONFIG_SOCKET)
+STATE_DIR = flags.text("state-dir", "DIR", "Where allocations and the last agent configuration are kept "
+                       "across restarts.", DEFAULT_STATE_DIR)
+HOST_ROOT = flags.text("host-root", "DIR", "Root under which sysfs is read for the hardware topology.", "/")
+FORCE_CONFIG = flags.text("force-config", "FILE", "Resource-manager configuration (YAML) used as is; the agent "
+                          "is ignored; re-read on SIGHUP.", None)
+FALLBACK_CONFIG = flags.text("fallback-config", "FILE", "Resource-manager configuration (YAML) used when no "
+                             "agent configuration is known.", None)
+PRINT_CONFIG = flags.switch("print-config", "Print the effective configuration and exit.")
+DRY_RUN = flags.switch("dry-run", "Decide and log ('would set ...') but relay requests unchanged and send no "
+                       "updates.")
+DISABLE_POLICY_SWITCH = flags.switch("disable-policy-switch", "Refuse configurations that change the active "
+                                     "policy while running.")
+RUNTIME_WAIT_TIMEOUT = flags.option("runtime-wait-timeout", "SECONDS", "Give up if the runtime is not ready in "
+                                    "this time (default: wait forever).", None, flags.number(low=0))
+METRICS_ADDRESS = flags.text("metrics-address", "HOST:PORT", "Serve Prometheus metrics (/metrics) and health "
+                             "(/healthz, /readyz) on this address (e.g. 127.0.0.1:8891; ':8891' is 127.0.0.1:8891); "
+                             "default: off.", "")
+PROBE = flags.switch("probe", "Ask the relay at -metrics-address whether it is ready (/readyz); exit 0 if so, "
+                     "1 if not.")
+RECONCILE_PERIOD = flags.option("reconcile-period", "SECONDS", "Reconcile with the runtime this often (one "
+                                "ListContainers): release the CPUs of containers removed behind the relay's back, "
+                                "adopt unknown ones; 0 disables.", DEFAULT_RECONCILE_PERIOD, flags.number(low=0))
+# Read by expand_config before parsing; here for -help.
+CONFIG = flags.text("config", "FILE", "Option file: these options, one per line, without leading dashes.", None)
+LOGGER_DEBUG = flags.option("logger-debug", "SOURCES", "Debug logging for '*' (all of cri-resmgr's) or a "
+                            "comma-separated list of sources: " + ", ".join(sorted(logsetup.SOURCES)) +
+                            "; alone, '*'. grpc and asyncio stay at INFO.", frozenset[str](),
+                            logsetup.parse_sources)
 
-def _opt(name: str, **kw):
-    return click.option(f"-{name}", f"--{name}", name.replace("-", "_"), **kw)
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@_opt("policy", default="none", show_default=True, metavar="NAME",
-      help="Active resource policy (see -list-policies).")
-@_opt("list-policies", is_flag=True, help="List the available policies and exit.")
-@_opt("relay-socket", default=DEFAULT_RELAY_SOCKET, show_default=True, metavar="PATH",
-      help="Socket the relay serves CRI on (point kubelet's --container-runtime-endpoint here).")
-@_opt("runtime-socket", default=DEFAULT_RUNTIME_SOCKET, show_default=True, metavar="PATH",
-      help="Runtime service socket to relay to; '-' disables the runtime service.")
-@_opt("image-socket", default=None, metavar="PATH",
-      help="Image service socket; default: the runtime socket; '-' disables the image service.")
-@_opt("relay-transport", type=click.Choice(["auto", "h2", "grpc"]), default="auto", show_default=True,
-      help="How calls are relayed: 'h2' passes HTTP/2 frames through (fast; one runtime socket), "
-           "'grpc' relays each call through gRPC; 'auto' is h2 unless the image socket is separate.")
-@_opt("dump", multiple=True, metavar="SPEC",
-      help="Dump rules, e.g. 'reset,full:.*' or 'name:List.*,count:Version' (repeatable).")
-@_opt("dump-file", default=None, metavar="PATH", help="Write the dump here (mode 0600) instead of stderr.")
-@_opt("dump-format", type=click.Choice(["human", "jsonl"]), default="human", show_default=True,
-      help="Dump format.")
-@_opt("dump-unredacted", is_flag=True, help="Do not mask secret-looking environment variables in dumps.")
-@_opt("config-socket", default=DEFAULT_CONFIG_SOCKET, show_default=True, metavar="PATH",
-      help="Socket for the node agent's configuration pushes; '-' disables it.")
-@_opt("state-dir", default=DEFAULT_STATE_DIR, show_default=True, metavar="DIR",
-      help="Where allocations and the last agent configuration are kept across restarts.")
-@_opt("host-root", default="/", show_default=True, metavar="DIR",
-      help="Root under which sysfs is read for the hardware topology.")
-@_opt("force-config", default=None, metavar="FILE",
-      help="Resource-manager configuration (YAML) used as is; the agent is ignored; re-read on SIGHUP.")
-@_opt("fallback-config", default=None, metavar="FILE",
-      help="Resource-manager configuration (YAML) used when no agent configuration is known.")
-@_opt("print-config", is_flag=True, help="Print the effective configuration and exit.")
-@_opt("dry-run", is_flag=True,
-      help="Decide and log ('would set ...') but relay requests unchanged and send no updates.")
-@_opt("disable-policy-switch", is_flag=True,
-      help="Refuse configurations that change the active policy while running.")
-@_opt("runtime-wait-timeout", type=float, default=None, metavar="SECONDS",
-      help="Give up if the runtime is not ready in this time (default: wait forever).")
-@_opt("metrics-address", default="", metavar="HOST:PORT",
-      help="Serve Prometheus metrics on this address (e.g. 127.0.0.1:8891); default: off.")
-@_opt("config", default=None, metavar="FILE",
-      help="Option file: these options, one per line, without leading dashes.")
-@_opt("logger-debug", is_flag=True, help="Log at debug level.")
-def command(**kw) -> None:
-    """CRI relay and node resource manager.
-
-    Sits between kubelet and the container runtime, relays every CRI call and
-    applies the active resource policy to the calls it intercepts.
-    """
-    registry = default_registry()
-    if kw["list_policies"]:
-        click.echo(registry.describe())
-        return
-    try:
-        registry.lookup(kw["policy"])
-    except UnknownPolicy as e:
-        raise click.BadParameter(str(e), param_hint="-policy") from None
-    for flag in ("force_config", "fallback_config"):
-        path = kw[flag]
-        if path is not None and not os.access(path, os.R_OK):
-            raise click.BadParameter(f"cannot read {path}", param_hint="-" + flag.replace("_", "-"))
-    settings = Settings(
-        policy=kw["policy"],
-        relay_socket=kw["relay_socket"],
-        runtime_socket=kw["runtime_socket"],
-        image_socket=kw["image_socket"] if kw["image_socket"] is not None else kw["runtime_socket"],
-        config_socket=kw["config_socket"],
-        relay_transport=kw["relay_transport"],
-        runtime_wait_timeout=kw["runtime_wait_timeout"],
-        metrics_address=kw["metrics_address"],
-        dump=tuple(kw["dump"]),
-        dump_file=kw["dump_file"],
-        dump_format=kw["dump_format"],
-        dump_unredacted=kw["dump_unredacted"],
-        state_dir=kw["state_dir"],
-        host_root=kw["host_root"],
-        force_config=kw["force_config"],
-        fallback_config=kw["fallback_config"],
-        dry_run=kw["dry_run"],
-        disable_policy_switch=kw["disable_policy_switch"],
-    )
-    try:
-        app.validate(settings)
-        config = initial_config(settings, registry.names())
-    except ValueError as e:  # ConfigError and DumpSpecError are ValueErrors
-        raise click.UsageError(str(e)) from None
-    if kw["print_config"]:
-        doc = config.to_document()
-        doc["policy"]["Active"] = config.policy.active or kw["policy"]
-        click.echo(f"# effective configuration (source: {config.source})")
-        click.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
-        return
-    logging.basicConfig(
-        level=logging.DEBUG if kw["logger_debug"] else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    sys.exit(asyncio.run(app.run(settings, registry)))
+COMMAND = flags.Command(
+    PROG,
+    "CRI relay and node resource manager. Sits between kubelet and the container runtime, relays every CRI "
+    "call and applies the active resource policy to the calls it intercepts.",
+    (POLICY, LIST_POLICIES, RELAY_SOCKET, RUNTIME_SOCKET, IMAGE_SOCKET, RELAY_TRANSPORT, DUMP, DUMP_FILE,
+     DUMP_FORMAT, DUMP_MAX_SIZE, DUMP_UNREDACTED, CONFIG_SOCKET, STATE_DIR, HOST_ROOT, FORCE_CONFIG,
+     FALLBACK_CONFIG, PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, PROBE,
+     RECONCILE_PERIOD, CONFIG, LOGGER_DEBUG),
+)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Entry point. Usage errors are one line on stderr and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = expand_config(args)
-        command.main(args=args, prog_name=PROG, standalone_mode=False)
+        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
+                                         LOGGER_DEBUG.name)
     except OptionFileError as e:
-        _usage_error(str(e))
-    except click.NoSuchOption as e:
-        _usage_error(f"no such option: {_offending(args, e.option_name)}")
-    except click.UsageError as e:
-        _usage_error(e.format_message().replace("\n", " "))
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        sys.exit(COMMAND.report(flags.UsageError(str(e))))
+    sys.exit(COMMAND.run(args, _run))
 
 
-def _offending(args: list[str], name: str) -> str:
-    """click retries an unknown '-long' flag as short flags and names '-l'; name the whole flag."""
-    if len(name) == 2:
-        for arg in args:
-            if arg.startswith(name) and len(arg) > 2 and not arg.startswith("--"):
-                return arg.split("=", 1)[0]
-    return name
+def _run(values: flags.Values) -> int:
+    registry = default_registry()
+    if values[LIST_POLICIES]:
+        print(registry.describe())
+        return 0
+    if values[PROBE]:
+        if not values[METRICS_ADDRESS]:
+            raise flags.UsageError("-probe asks the relay at -metrics-address: give it")
+        ready, reason = health.probe(values[METRICS_ADDRESS])
+        print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
+        return 0 if ready else 1
+    settings = _settings(values, registry)
+    try:
+        app.validate(settings)
+        config = initial_config(settings, registry.names())
+        if values[PRINT_CONFIG]:
+            print(printconfig.render(settings, config, registry))
+            return 0
+    except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
+        raise flags.UsageError(str(e)) from None
+    debug = logsetup.setup(settings.logger_debug)
+    return asyncio.run(app.run(settings, registry, debug.set_config_debug))
 
 
-def _usage_error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+def _settings(values: flags.Values, registry: Registry) -> Settings:
+    """The flags as Settings, after the checks that need no configuration."""
+    try:
+        registry.lookup(values[POLICY])
+    except UnknownPolicy as e:
+        raise flags.UsageError(f"invalid value for -policy: {e}") from None
+    for flag in (FORCE_CONFIG, FALLBACK_CONFIG):
+        path = values[flag]
+        if path is not None and not os.access(path, os.R_OK):
+            raise flags.UsageError(f"invalid value for -{flag.name}: cannot read {path}")
+    image_socket = values[IMAGE_SOCKET]
+    return Settings(
+        policy=values[POLICY],
+        relay_socket=values[RELAY_SOCKET],
+        runtime_socket=values[RUNTIME_SOCKET],
+        image_socket=image_socket if image_socket is not None else values[RUNTIME_SOCKET],
+        config_socket=values[CONFIG_SOCKET],
+        relay_transport=values[RELAY_TRANSPORT],
+        runtime_wait_timeout=values[RUNTIME_WAIT_TIMEOUT],
+        metrics_address=values[METRICS_ADDRESS],
+        dump=values[DUMP],
+        dump_file=values[DUMP_FILE],
+        dump_format=values[DUMP_FORMAT],
+        dump_unredacted=values[DUMP_UNREDACTED],
+        dump_max_size=values[DUMP_MAX_SIZE],
+        logger_debug=values[LOGGER_DEBUG],
+        reconcile_period=values[RECONCILE_PERIOD],
+        state_dir=values[STATE_DIR],
+        host_root=values[HOST_ROOT],
+        force_config=values[FORCE_CONFIG],
+        fallback_config=values[FALLBACK_CONFIG],
+        dry_run=values[DRY_RUN],
+        disable_policy_switch=values[DISABLE_POLICY_SWITCH],
+    )
 
 
 if __name__ == "__main__":

@@ -7,18 +7,15 @@ prometheus_client's global one.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from cri_resmgr.engine.controller import EngineStats
-
-log = logging.getLogger(__name__)
 
 
 class StatsSource(Protocol):
@@ -42,6 +39,9 @@ class EngineCollector(Collector):
                                   value=s.policy_errors)
         yield CounterMetricFamily("cri_resmgr_released_on_exit", "Containers released when seen exited",
                                   value=s.released_on_exit)
+        yield CounterMetricFamily("cri_resmgr_exclusive_cpus_denied",
+                                  "Containers that asked for exclusive CPUs and were placed without them",
+                                  value=s.exclusive_denied)
         yield CounterMetricFamily("cri_resmgr_updates_sent", "UpdateContainerResources sent on the relay's own",
                                   value=s.updates_sent)
         yield CounterMetricFamily("cri_resmgr_updates_failed", "Unsolicited updates given up after retries",
@@ -54,11 +54,8 @@ class EngineCollector(Collector):
                                       value=s.dump_dropped)
 
 
-def serve(engine: StatsSource, address: str) -> CollectorRegistry:
-    """Serves /metrics on host:port (a thread of prometheus_client's)."""
-    host, _, port = address.rpartition(":")
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine))
-    start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
-    log.info("metrics on http://%s:%s/metrics", host or "127.0.0.1", port)
-    return registry
+def registry(engine: StatsSource) -> CollectorRegistry:
+    """A registry of our own holding the engine's collector (health.py serves it)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(EngineCollector(engine))
+    return reg

@@ -95,11 +95,76 @@ def test_option_file_errors(tmp_path):
     assert r.returncode == 2 and "cannot include another" in r.stderr
 
 
-def test_unknown_flag_in_option_file_is_reported(tmp_path):
+def test_unknown_flag_in_option_file_names_the_file_and_line(tmp_path):
     opts = tmp_path / "opts"
-    opts.write_text("polcy static\n")
+    opts.write_text("policy static\n# typo below\npolcy static\n")
     r = run("-config", str(opts))
-    assert r.returncode == 2 and "no such option: -polcy" in r.stderr
+    assert r.returncode == 2 and f"{opts}:3: no such option: polcy" in r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-runtime-wait-timeout", "-1"], "invalid value for -runtime-wait-timeout: -1 is not in the range >= 0"),
+    (["-reconcile-period", "-5"], "invalid value for -reconcile-period"),
+    (["-dump-max-size", "0"], "invalid value for -dump-max-size"),
+    (["-logger-debug", "policy,nosuch"], "unknown log source nosuch"),
+    (["-metrics-address", "8891"], "expected HOST:PORT (or :PORT)"),
+    (["-probe"], "-probe asks the relay at -metrics-address"),
+])
+def test_bad_new_flag_values(args, message):
+    r = run(*args, "-print-config")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_print_config_checks_this_nodes_hardware_and_shows_the_flags(tmp_path):
+    from cri_resmgr.topology import discover
+    online = discover("/").online
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("policy: {Active: static, ReservedResources: {CPU: \"cpuset:4095\"}}\n")
+    r = run("-force-config", str(cfg), "-print-config")
+    assert r.returncode == 2 and "policy.ReservedResources" in r.stderr and "4095" in r.stderr, r.stderr
+    cfg.write_text("policy: {Active: static, ReservedResources: {CPU: 1}}\n")
+    r = run("-force-config", str(cfg), "-print-config", "-dump", "name:.*", "-dump-file", "/tmp/d",
+            "-dump-max-size", "1000", "-logger-debug", "policy,cache")
+    assert r.returncode == 0, r.stderr
+    assert f"CPUs online {online}" in r.stdout
+    assert "Config: name:.*" in r.stdout and "File: /tmp/d" in r.stdout and "MaxSize: 1000" in r.stdout
+    assert "DebugSources:\n  - cache\n  - policy" in r.stdout
+
+
+def test_logger_debug_takes_sources_star_or_nothing():
+    from cri_resmgr import logsetup
+    assert logsetup.parse_sources("policy, cache,relay") == {"policy", "cache", "relay"}
+    assert logsetup.parse_sources("*") == {"*"}
+    # A bare -logger-debug (the old switch, on a command line or an option file line) means '*'.
+    assert logsetup.debug_flag_value(["-logger-debug"], "logger-debug") == ["-logger-debug=*"]
+    assert logsetup.debug_flag_value(["-logger-debug", "-dry-run"], "logger-debug") == [
+        "-logger-debug=*", "-dry-run"]
+    assert logsetup.debug_flag_value(["--logger-debug", "policy"], "logger-debug") == [
+        "--logger-debug", "policy"]
+
+
+def test_debug_sources_turn_on_ours_not_grpcs_or_asyncios():
+    import logging
+
+    from cri_resmgr import logsetup
+    touched = ["cri_resmgr", "cri_resmgr.policy", "cri_resmgr.engine.cache", "cri_resmgr.engine.adopt"]
+    try:
+        debug = logsetup.DebugSources(logsetup.parse_sources("policy,cache"))
+        assert logging.getLogger("cri_resmgr.policy.static").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("cri_resmgr.engine.cache").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("cri_resmgr.transport.framerelay").isEnabledFor(logging.DEBUG)
+        debug.set_config_debug(True)  # logger.Debug: true in the configuration: all of ours
+        assert logging.getLogger("cri_resmgr.transport.framerelay").isEnabledFor(logging.DEBUG)
+        debug.set_config_debug(False)  # and back to the command line's sources
+        assert not logging.getLogger("cri_resmgr.transport.framerelay").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("cri_resmgr.policy").isEnabledFor(logging.DEBUG)
+        logsetup.DebugSources(logsetup.parse_sources("*"))
+        assert logging.getLogger("cri_resmgr.dump").isEnabledFor(logging.DEBUG)
+        for other in ("grpc", "asyncio"):
+            assert logging.getLogger(other).getEffectiveLevel() == logging.getLogger().getEffectiveLevel()
+    finally:
+        for name in touched:
+            logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 def test_runtime_wait_timeout_fails_clearly(tmp_path):

@@ -1,6 +1,7 @@
-"""`cri-resmgr-webhook`: flags in Go style (-cert-file) or GNU style
-(--cert-file), a one-line error and exit 2 for bad usage, clean exit on
-SIGTERM after in-flight reviews finish."""
+"""`cri-resmgr-webhook`: Go-style flags like the relay's and the agent's
+(cri_resmgr.flags, which the image carries beside this package), a one-line
+error and exit 2 for bad usage, clean exit on SIGTERM after in-flight reviews
+finish."""
 from __future__ import annotations
 
 import logging
@@ -9,61 +10,57 @@ import sys
 import threading
 from collections.abc import Sequence
 
-import click
+from cri_resmgr import flags
 
 from .server import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, ServerConfig, WebhookServer
 from .tls import CertificateError, server_context
 
 PROG = "cri-resmgr-webhook"
-EXIT_USAGE = 2
+EXIT_USAGE = flags.EXIT_USAGE
 EXIT_RUNTIME = 1
 
+CERT_FILE = flags.text("cert-file", "PATH", "PEM serving certificate (with any intermediates).", "",
+                       required=True)
+KEY_FILE = flags.text("key-file", "PATH", "PEM private key of the certificate, unencrypted.", "", required=True)
+PORT = flags.option("port", "PORT", "HTTPS port; 0 picks a free one.", DEFAULT_PORT, flags.integer(0, 65535))
+BIND_ADDRESS = flags.text("bind-address", "ADDRESS", "Address to listen on ('::' for IPv6).", "0.0.0.0")
+MAX_BODY_BYTES = flags.option("max-body-bytes", "BYTES", "Larger request bodies get HTTP 400.",
+                              DEFAULT_MAX_BODY_BYTES, flags.integer(1))
+SHUTDOWN_GRACE = flags.option("shutdown-grace", "SECONDS", "Seconds in-flight reviews get to finish after SIGTERM.",
+                              10.0, flags.number(0))
+LOG_LEVEL = flags.choice("log-level", "Logging threshold.", ("debug", "info", "warning", "error"), "info")
 
-class Fatal(Exception):
-    """Ends the program with a one-line message and an exit code."""
+COMMAND = flags.Command(
+    PROG,
+    "Mutating admission webhook: adds to every new pod the annotation intel.com/resources with each "
+    "container's requests and limits.",
+    (CERT_FILE, KEY_FILE, PORT, BIND_ADDRESS, MAX_BODY_BYTES, SHUTDOWN_GRACE, LOG_LEVEL),
+)
 
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code."""
+    return COMMAND.run(sys.argv[1:] if argv is None else argv, _run)
 
 
-@click.command(name=PROG, context_settings={"help_option_names": ["-h", "-help", "--help"]})
-@click.option("-cert-file", "--cert-file", "cert_file", required=True, metavar="PATH",
-              help="PEM serving certificate (with any intermediates).")
-@click.option("-key-file", "--key-file", "key_file", required=True, metavar="PATH",
-              help="PEM private key of the certificate, unencrypted.")
-@click.option("-port", "--port", "port", type=click.IntRange(0, 65535), default=DEFAULT_PORT,
-              show_default=True, help="HTTPS port; 0 picks a free one.")
-@click.option("-bind-address", "--bind-address", "bind_address", default="0.0.0.0",
-              show_default=True, help="Address to listen on ('::' for IPv6).")
-@click.option("-max-body-bytes", "--max-body-bytes", "max_body_bytes", type=click.IntRange(1),
-              default=DEFAULT_MAX_BODY_BYTES, show_default=True,
-              help="Larger request bodies get HTTP 400.")
-@click.option("-shutdown-grace", "--shutdown-grace", "shutdown_grace", type=click.FloatRange(0),
-              default=10.0, show_default=True,
-              help="Seconds in-flight reviews get to finish after SIGTERM.")
-@click.option("-log-level", "--log-level", "log_level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def command(cert_file: str, key_file: str, port: int, bind_address: str, max_body_bytes: int,
-            shutdown_grace: float, log_level: str) -> None:
-    """Mutating admission webhook: adds to every new pod the annotation
-    intel.com/resources with each container's requests and limits."""
+def _run(values: flags.Values) -> int:
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr,
+        level=values[LOG_LEVEL].upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logger = logging.getLogger("cri_resmgr_webhook")
     try:
-        context = server_context(cert_file, key_file)
+        context = server_context(values[CERT_FILE], values[KEY_FILE])
     except CertificateError as err:
-        raise Fatal(str(err), EXIT_USAGE) from err
+        raise flags.UsageError(str(err)) from err
+    address = (values[BIND_ADDRESS], values[PORT])
     try:
-        server = WebhookServer(
-            (bind_address, port), context, ServerConfig(max_body_bytes=max_body_bytes), logger
-        )
+        server = WebhookServer(address, context, ServerConfig(max_body_bytes=values[MAX_BODY_BYTES]), logger)
     except OSError as err:
-        raise Fatal(f"cannot listen on {bind_address}:{port}: {err.strerror or err}", EXIT_RUNTIME) from err
-    serve(server, shutdown_grace, logger)
+        raise flags.CommandError(f"cannot listen on {address[0]}:{address[1]}: {err.strerror or err}",
+                                 EXIT_RUNTIME) from err
+    serve(server, values[SHUTDOWN_GRACE], logger)
+    return 0
 
 
 def serve(server: WebhookServer, shutdown_grace: float, logger: logging.Logger) -> None:
@@ -90,35 +87,3 @@ def serve(server: WebhookServer, shutdown_grace: float, logger: logging.Logger) 
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     logger.info("stopped")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point; returns the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        command.main(args, prog_name=PROG, standalone_mode=False)
-    except click.exceptions.Exit as done:  # --help
-        return int(done.exit_code)
-    except click.NoSuchOption as err:
-        print(f"{PROG}: error: no such option {_unknown_option(args, err.option_name)!r}", file=sys.stderr)
-        return EXIT_USAGE
-    except click.UsageError as err:
-        print(f"{PROG}: error: {err.format_message()}", file=sys.stderr)
-        return EXIT_USAGE
-    except click.Abort:
-        return EXIT_RUNTIME
-    except Fatal as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return err.code
-    return 0
-
-
-def _unknown_option(args: Sequence[str], reported: str) -> str:
-    """The argument as typed: click reports '-bogus' as its first letter,
-    '-b', having read it as a cluster of one-letter flags."""
-    known = {opt for param in command.params for opt in param.opts + param.secondary_opts}
-    for arg in args:
-        name = arg.split("=", 1)[0]
-        if name.startswith(reported) and name not in known:
-            return name
-    return reported

@@ -9,6 +9,7 @@ options come before the command line's, so the command line wins.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from cri_resmgr.errors import CriResmgrError
 
@@ -19,8 +20,9 @@ class OptionFileError(CriResmgrError, ValueError):
     pass
 
 
-def read_option_file(path: str) -> list[str]:
-    """Returns the file's options as command-line tokens."""
+def read_option_file(path: str, known: Collection[str] | None = None) -> list[str]:
+    """Returns the file's options as command-line tokens; an option not in `known`
+    (when given) is an error naming the file and the line."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -38,13 +40,15 @@ def read_option_file(path: str) -> list[str]:
             raise OptionFileError(f"{path}:{number}: cannot parse {raw.strip()!r} (expected 'name value')")
         if m["name"] == "config":
             raise OptionFileError(f"{path}:{number}: an option file cannot include another (config)")
+        if known is not None and m["name"] not in known:
+            raise OptionFileError(f"{path}:{number}: no such option: {m['name']}")
         tokens.append("-" + m["name"])
         if m["value"] is not None and m["value"] != "":
             tokens.append(m["value"].strip())
     return tokens
 
 
-def expand_config(argv: list[str]) -> list[str]:
+def expand_config(argv: list[str], known: Collection[str] | None = None) -> list[str]:
     """Replaces `-config FILE` (any spelling) in argv by the file's options, placed first."""
     out: list[str] = []
     prefix: list[str] = []
@@ -54,11 +58,11 @@ def expand_config(argv: list[str]) -> list[str]:
         if arg in ("-config", "--config"):
             if i + 1 >= len(argv):
                 raise OptionFileError(f"option {arg} requires a file argument")
-            prefix += read_option_file(argv[i + 1])
+            prefix += read_option_file(argv[i + 1], known)
             i += 2
             continue
         if arg.startswith(("-config=", "--config=")):
-            prefix += read_option_file(arg.split("=", 1)[1])
+            prefix += read_option_file(arg.split("=", 1)[1], known)
             i += 1
             continue
         if arg == "--":

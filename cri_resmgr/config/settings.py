@@ -21,6 +21,7 @@ DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
 DEFAULT_STATE_DIR = "/var/lib/cri-resmgr"
 
 DISABLED = "-"  # a socket setting that turns its service off
+DEFAULT_RECONCILE_PERIOD = 30.0  # seconds between reconciles with the runtime
 
 
 @dataclass
@@ -35,12 +36,16 @@ class Settings:
     config_socket: str = DEFAULT_CONFIG_SOCKET
     relay_transport: str = "auto"  # "h2", "grpc", or "auto": h2 when there is one upstream socket
     runtime_wait_timeout: float | None = None  # None: wait forever
-    metrics_address: str = ""  # HOST:PORT; empty: no metrics
+    metrics_address: str = ""  # HOST:PORT; empty: no metrics (nor /healthz, /readyz)
+    reconcile_period: float = DEFAULT_RECONCILE_PERIOD  # 0: never reconcile after start-up
     # Dumping, until a configuration's dump module replaces it.
     dump: tuple[str, ...] = ()
     dump_file: str | None = None
     dump_format: str = "human"
     dump_unredacted: bool = False
+    dump_max_size: int | None = None  # bytes; the file is rotated to FILE.1 past it
+    # Logging: the -logger-debug sources ('*' or names of logsetup.SOURCES); empty: none.
+    logger_debug: frozenset[str] = frozenset()
     # The engine.
     state_dir: str = DEFAULT_STATE_DIR
     host_root: str = "/"

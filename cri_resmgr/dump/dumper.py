@@ -9,7 +9,6 @@ close() drains whatever was captured, writes final counts, and closes the file.
 
 from __future__ import annotations
 
-import os
 import queue
 import sys
 import threading
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, Literal, ParamSpec, TextIO
 
 from cri_resmgr.dump.format import FORMATS
+from cri_resmgr.dump.output import FILE_MODE, DumpFile
 from cri_resmgr.dump.rules import Level, Rules, parse_specs
 from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Item, Writer
 from cri_resmgr.transport.methods import MethodTable
@@ -26,11 +26,15 @@ if TYPE_CHECKING:
     import grpc
 
 DEFAULT_QUEUE_SIZE = 10000
-FILE_MODE = 0o600  # dumps hold container environments and command lines
+__all__ = ["Dumper", "FILE_MODE", "DEFAULT_QUEUE_SIZE"]
 # Tells the writer thread to finish; its own kind, so that it cannot be mistaken for an Item.
 _STOP_KIND: Final = "stop"
 _Stop = tuple[Literal["stop"]]
 _STOP: _Stop = (_STOP_KIND,)
+# Tells the writer thread to reopen the dump file (SIGHUP, after logrotate moved it).
+_REOPEN_KIND: Final = "reopen"
+_Reopen = tuple[Literal["reopen"]]
+_REOPEN: _Reopen = (_REOPEN_KIND,)
 P = ParamSpec("P")
 _OK_CODE_NAMES = (None, "OK")
 
@@ -38,7 +42,8 @@ _OK_CODE_NAMES = (None, "OK")
 class Dumper:
     def __init__(self, specs: Iterable[str], *, file: str | None = None, fmt: str = "human",
                  redact: bool = True, count_period: float = 30.0, methods: MethodTable | None = None,
-                 stream: TextIO | None = None, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+                 stream: TextIO | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 max_size: int | None = None) -> None:
         self.rules: Rules = parse_specs(specs)
         if fmt not in FORMATS:
             raise ValueError(f"unknown dump format {fmt!r} (known: {', '.join(FORMATS)})")
@@ -48,12 +53,13 @@ class Dumper:
             raise ValueError(f"dump queue size must be positive, got {queue_size!r}")
         self.count_period = count_period
         self._max = queue_size
-        self._queue: queue.SimpleQueue[Item | _Stop] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Item | _Stop | _Reopen] = queue.SimpleQueue()
         self._dropped = 0
         self._drop_lock = threading.Lock()
         self._closed = False
         self._owns_out = file is not None
-        out = _open_private(file) if file is not None else (stream if stream is not None else sys.stderr)
+        self._file = DumpFile(file, max_size) if file is not None else None
+        out = self._file if self._file is not None else (stream if stream is not None else sys.stderr)
         self._writer = Writer(out, FORMATS[fmt](redact=redact), methods if methods is not None else MethodTable())
         self._thread = threading.Thread(target=self._run, name="cri-dump-writer", daemon=True)
         self._thread.start()
@@ -112,6 +118,11 @@ class Dumper:
 
     # -- lifecycle -------------------------------------------------------------------
 
+    def reopen(self) -> None:
+        """Reopens the dump file on the writer thread, after what is queued (SIGHUP)."""
+        if self._file is not None and not self._closed:
+            self._queue.put(_REOPEN)  # past the bound on purpose, like stopping
+
     def close(self) -> None:
         """Drain the queue, write final counts and drops, flush, close our file."""
         if self._closed:
@@ -141,7 +152,11 @@ class Dumper:
                 if item is not None:
                     if item[0] == _STOP_KIND:
                         break
-                    self._guarded(writer.handle, item)
+                    if item[0] == _REOPEN_KIND:
+                        if self._file is not None:
+                            self._guarded(self._file.reopen)
+                    else:
+                        self._guarded(writer.handle, item)
                 if time.monotonic() >= next_counts:
                     self._guarded(writer.write_counts)
                     next_counts = time.monotonic() + self.count_period
@@ -155,7 +170,7 @@ class Dumper:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item[0] != _STOP_KIND:
+                if item[0] != _STOP_KIND and item[0] != _REOPEN_KIND:
                     self._guarded(writer.handle, item)
             self._guarded(writer.write_counts)
             self._guarded(writer.report_drops, self._dropped)
@@ -176,7 +191,3 @@ class Dumper:
             except Exception:
                 sys.stderr.write(msg)
 
-
-def _open_private(path: str) -> TextIO:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
-    return os.fdopen(fd, "a", encoding="utf-8")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Final, Literal, TextIO
+from typing import Final, Literal, Protocol
 
 from google.protobuf.message import Message
 
@@ -41,11 +41,19 @@ CountItem = tuple[Literal["cnt"], str, int, int]
 NoteItem = tuple[Literal["note"], str, float]
 Item = RequestItem | ReplyItem | CountItem | NoteItem
 
+class Output(Protocol):
+    """Where the formatted text goes: a text file, stderr, or a `output.DumpFile`."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
 MAX_PENDING = 65536  # open calls remembered for their qualifier (guards against lost replies)
 
 
 class Writer:
-    def __init__(self, out: TextIO, formatter: Formatter, methods: MethodTable,
+    def __init__(self, out: Output, formatter: Formatter, methods: MethodTable,
                  clock: Callable[[], float] = time.time) -> None:
         self.out = out
         self.formatter = formatter

@@ -69,11 +69,34 @@ async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str
         added += 1
     vanished = [r for r in cache if r.id not in seen]
     for r in vanished:
+        log.info("%s (%s) is gone from the runtime: dropped", r.workload, r.id[:12] or "never created")
         cache.remove_container(r.key)
     counts = {"pods": len(live_pods), "kept": kept, "added": added, "vanished": len(vanished)}
     log.info("discovered %(pods)d pods; containers: %(kept)d restored, %(added)d new, "
              "%(vanished)d gone since the last run", counts)
     return counts
+
+
+async def unknown_containers(upstream: Upstream, cache: Cache, containers: list[pb.Container],
+                             reserved_namespaces: tuple[str, ...]) -> list[ContainerRecord]:
+    """Records for running containers the cache does not know (the periodic reconcile),
+    built as at start-up; a pod the cache does not know either is asked for once."""
+    records = []
+    for c in containers:
+        pod = cache.pods.get(c.pod_sandbox_id)
+        if pod is None:
+            status = await messages.call(upstream, V1 + "PodSandboxStatus",
+                                         pb.PodSandboxStatusRequest(pod_sandbox_id=c.pod_sandbox_id, verbose=True),
+                                         pb.PodSandboxStatusResponse)
+            if status.status.state != pb.PodSandboxState.SANDBOX_READY:
+                continue
+            meta = status.status.metadata
+            pod = PodRecord(id=c.pod_sandbox_id, name=meta.name, namespace=meta.namespace, uid=meta.uid,
+                            cgroup_parent=cgroup_parent_from_info(dict(status.info)),
+                            annotations=dict(status.status.annotations))
+            cache.add_pod(pod)
+        records.append(await _new_container(upstream, c, pod, reserved_namespaces))
+    return records
 
 
 async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:

@@ -47,6 +47,7 @@ class Dumper(DumpSink, Protocol):
     """A dumper as the controller uses it (`dump.Dumper` is one)."""
 
     def note(self, text: str) -> None: ...
+    def reopen(self) -> None: ...
     def close(self) -> None: ...
     @property
     def dropped(self) -> int: ...
@@ -67,6 +68,7 @@ class EngineStats:
     decisions: int
     policy_errors: int
     released_on_exit: int
+    exclusive_denied: int  # containers that asked for exclusive CPUs and run without them
     updates_sent: int
     updates_failed: int
     containers: int  # tracked by the cache
@@ -135,7 +137,8 @@ class Controller:
         m = resmgr.stats() if resmgr is not None else ManagerStats()
         u = enforcer.stats() if enforcer is not None else UpdateStats()
         return EngineStats(policy=self._policy_name, decisions=m.decisions, policy_errors=m.policy_errors,
-                           released_on_exit=m.released_on_exit, updates_sent=u.sent, updates_failed=u.failed,
+                           released_on_exit=m.released_on_exit, exclusive_denied=m.exclusive_denied,
+                           updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None)
 
     def active_policy(self) -> Policy | None:
@@ -144,13 +147,44 @@ class Controller:
 
     def topology(self) -> Topology:
         if self._topology is None:
-            self._topology = discover(self._settings.host_root)
+            t = self._topology = discover(self._settings.host_root)
+            nodes = ", ".join(f"{n} ({t.node_cpus(n) or 'memory only'})" for n in t.node_ids())
+            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; packages %d",
+                     t.online, len(t.online), t.isolated or "none", t.offline or "none", nodes,
+                     len(t.package_ids()))
         return self._topology
+
+    def reopen_dump(self) -> None:
+        """Reopens the dump file, if one is being written (SIGHUP after logrotate)."""
+        if self._dumper is not None:
+            self._dumper.reopen()
 
     async def flush(self) -> None:
         """Waits until the container updates decided so far have been sent or given up on."""
         if self._enforcer is not None:
             await self._enforcer.flush()
+
+    # -- health and reconcile ------------------------------------------------------------
+
+    async def ready(self, timeout: float = 2.0) -> str | None:
+        """None when ready: a configuration (and so its policy) is in force and the
+        runtime answers Version; else why not, for /readyz."""
+        if self._config is None:
+            return "no configuration in force yet"
+        try:
+            await self._runtime.call("/runtime.v1.RuntimeService/Version", pb.VersionRequest(),
+                                     pb.VersionResponse, timeout)
+        except Exception as e:  # whatever the channel raises, the answer is "not ready"
+            return f"runtime at {self._runtime.path} does not answer Version: {_one_line(e)}"
+        return None
+
+    async def reconcile(self) -> dict[str, int]:
+        """One reconcile with the runtime (see `ResourceManager.reconcile`); nothing
+        to do under the none policy. Raises what the runtime call raises."""
+        resmgr = self._resmgr
+        if resmgr is None:
+            return {"gone": 0, "adopted": 0}
+        return await resmgr.reconcile(self._runtime)
 
     # -- sources ----------------------------------------------------------------------
 
@@ -219,18 +253,7 @@ class Controller:
 
     def _build_policy(self, info: PolicyInfo, config: Config) -> Policy | None:
         """The policy the configuration asks for; None for one that decides nothing."""
-        if info.factory is None:
-            return None
-        try:
-            context = build_context(self.topology(), available=config.policy.available_cpu,
-                                    reserved=config.policy.reserved_cpu,
-                                    options=config.policy.sections.get(info.name, {}))
-            policy: Policy = info.factory(context)
-        except ValueError as e:  # ConfigValueError and the like: the configuration is wrong
-            raise ConfigError(f"{config.source}: {e}") from None
-        # Anything else (a TypeError above all) is a bug in the policy and propagates
-        # as one, rather than being reported as a rejected configuration.
-        return policy
+        return build_policy(info, config, self.topology)
 
     def _build_dumper(self, config: Config) -> Dumper | None:
         """The dumper the configuration asks for: the one in force when its dump settings are unchanged."""
@@ -307,7 +330,7 @@ class Controller:
         cpus = str(self.topology().online)
         for c in old.cache:
             if c.id and not c.released and self._enforcer is not None and not self._settings.dry_run:
-                self._enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus))
+                self._enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus), str(c.workload))
 
     def _note(self, text: str) -> None:
         if self._dumper is not None:
@@ -321,3 +344,28 @@ class Controller:
         if self._dumper is not None:
             self._dumper.close()
             self._dumper = None
+
+
+def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topology]) -> Policy | None:
+    """The policy `config` asks for on this hardware (None for one that decides nothing);
+    raises ConfigError naming what is wrong. `-print-config` checks a configuration with it."""
+    if info.factory is None:
+        return None
+    try:
+        context = build_context(topology(), available=config.policy.available_cpu,
+                                reserved=config.policy.reserved_cpu,
+                                options=config.policy.sections.get(info.name, {}))
+        policy: Policy = info.factory(context)
+    except ValueError as e:  # ConfigValueError and the like: the configuration is wrong
+        raise ConfigError(f"{config.source}: {e}") from None
+    # Anything else (a TypeError above all) is a bug in the policy and propagates
+    # as one, rather than being reported as a rejected configuration.
+    log.info("policy %s (configuration from %s): available CPUs %s, reserved %s",
+             info.name, config.source, context.available, context.reserved or "none")
+    return policy
+
+
+def _one_line(e: Exception) -> str:
+    details = getattr(e, "details", None)
+    text = details() if callable(details) else str(e)
+    return " ".join(str(text).split()) or type(e).__name__

@@ -37,7 +37,8 @@ class Enforcer:
         self._attempts = attempts
         self._backoff = backoff
         self._timeout = timeout
-        self._pending: dict[str, pb.LinuxContainerResources] = {}
+        # id -> (resources, the container's name for log lines: namespace/pod:container)
+        self._pending: dict[str, tuple[pb.LinuxContainerResources, str]] = {}
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -49,8 +50,8 @@ class Enforcer:
         """The counters as they are now; safe from another thread (metrics)."""
         return UpdateStats(sent=self._sent, failed=self._failed)
 
-    def submit(self, container_id: str, resources: pb.LinuxContainerResources) -> None:
-        self._pending[container_id] = resources
+    def submit(self, container_id: str, resources: pb.LinuxContainerResources, name: str = "") -> None:
+        self._pending[container_id] = (resources, name)
         self._idle.clear()
         self._wakeup.set()
         if self._task is None:
@@ -74,13 +75,14 @@ class Enforcer:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._pending:
-                container_id, resources = next(iter(self._pending.items()))
+                container_id, (resources, name) = next(iter(self._pending.items()))
                 del self._pending[container_id]
-                await self._send(container_id, resources)
+                await self._send(container_id, resources, name)
             if not self._pending:
                 self._idle.set()
 
-    async def _send(self, container_id: str, resources: pb.LinuxContainerResources) -> None:
+    async def _send(self, container_id: str, resources: pb.LinuxContainerResources, name: str) -> None:
+        who = f"{name} ({container_id[:12]})" if name else container_id[:12]
         request = pb.UpdateContainerResourcesRequest(container_id=container_id, linux=resources)
         delay = self._backoff
         path = PATHS[0]
@@ -90,7 +92,7 @@ class Enforcer:
             try:
                 await self._upstream.call(path, request, pb.UpdateContainerResourcesResponse, self._timeout)
                 self._sent += 1
-                log.info("updated container %s: cpuset %s mems %s", container_id[:12],
+                log.info("updated %s: cpuset %s mems %s", who,
                          resources.cpuset_cpus, resources.cpuset_mems or "-")
                 return
             except grpc.aio.AioRpcError as e:
@@ -99,11 +101,11 @@ class Enforcer:
                     path = PATHS[1]
                     continue
                 if code == grpc.StatusCode.NOT_FOUND:
-                    log.info("container %s is gone; update dropped", container_id[:12])
+                    log.info("%s is gone; update dropped", who)
                     return
-                log.warning("updating container %s failed (attempt %d/%d): %s: %s", container_id[:12],
+                log.warning("updating %s failed (attempt %d/%d): %s: %s", who,
                             attempt, self._attempts, code.name, e.details())
             await asyncio.sleep(delay)
             delay *= 2
         self._failed += 1
-        log.error("giving up updating container %s to cpuset %s", container_id[:12], resources.cpuset_cpus)
+        log.error("giving up updating %s to cpuset %s", who, resources.cpuset_cpus)

@@ -20,11 +20,12 @@ from google.protobuf.message import Message
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import classify, messages
+from cri_resmgr.engine import adopt, classify, describe, messages
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
+from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class ManagerStats:
     decisions: int = 0
     policy_errors: int = 0
     released_on_exit: int = 0
+    exclusive_denied: int = 0  # asked for exclusive CPUs, placed without them
     containers: int = 0  # tracked by the cache
 
 
@@ -60,6 +62,7 @@ class _Counts:
     decisions: int = 0
     policy_errors: int = 0
     released_on_exit: int = 0
+    exclusive_denied: int = 0
 
 
 class ResourceManager:
@@ -104,7 +107,8 @@ class ResourceManager:
         """The counters as they are now; safe from another thread (metrics)."""
         c = self._counts
         return ManagerStats(decisions=c.decisions, policy_errors=c.policy_errors,
-                            released_on_exit=c.released_on_exit, containers=len(self._cache.containers))
+                            released_on_exit=c.released_on_exit, exclusive_denied=c.exclusive_denied,
+                            containers=len(self._cache.containers))
 
     # -- the interception table ---------------------------------------------------
 
@@ -183,14 +187,15 @@ class ResourceManager:
             except Exception as e:
                 self._sync(changed)
                 return await self._policy_failed(req, str(w), e)
-            if getattr(decision, "warning", None):
-                log.warning("%s: %s", w, decision.warning)
+            if decision.warning:
+                self._denied(w, decision.warning)
             record = ContainerRecord(key=key, pod_id=m.pod_sandbox_id, name=cfg.metadata.name, workload=w)
             self._cache.add_container(record)
             if decision.resources is not None:
                 if self._options.dry_run:
                     self._would(w, decision.resources)
                 else:
+                    self._placed(w, decision.resources)
                     _apply(res, decision.resources)
                     self._applied[key] = decision.resources
             record.resources = json_format.MessageToDict(res, preserving_proto_field_name=True)
@@ -316,6 +321,11 @@ class ResourceManager:
             return set()
         c.released = True
         self._applied.pop(c.key, None)
+        had = self._policy.resources(c.key)
+        if had is not None:
+            # One line per container end (not per call): the operator sees CPUs come back.
+            log.info("%s: released %s%s", c.workload, describe.placement(self._policy.assignment(c.key), had),
+                     " (dry-run)" if self._options.dry_run else "")
         return set(self._policy.release(c.key).others)
 
     def _sync(self, keys: set[str]) -> None:
@@ -336,7 +346,7 @@ class ResourceManager:
                                               ignore_unknown_fields=True)
                 _apply(linux, target)
                 c.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
-                self._enforcer.submit(c.id, linux)
+                self._enforcer.submit(c.id, linux, str(c.workload))
 
     async def _policy_failed(self, req: Request, who: str, error: Exception) -> pb.CreateContainerResponse:
         self._counts.policy_errors += 1
@@ -347,8 +357,18 @@ class ResourceManager:
                   self._policy_name, who, error)
         return await messages.forward(req, req.message, pb.CreateContainerResponse)
 
+    def _placed(self, w: Workload, r: Resources) -> None:
+        """The decision for a new container, at INFO: the one per-call line above DEBUG."""
+        log.info("%s: %s", w, describe.placement(self._policy.assignment(w.key), r))
+
+    def _denied(self, w: Workload, warning: str) -> None:
+        """A container that asked for exclusive CPUs runs without them: a warning and a counter."""
+        self._counts.exclusive_denied += 1
+        log.warning("%s did not get the exclusive CPUs it asked for: %s", w, warning)
+
     def _would(self, w: Workload, r: Resources) -> None:
-        text = f"dry-run: would set {w}: cpuset {r.cpuset_cpus} mems {r.cpuset_mems or '-'}"
+        where = describe.placement(self._policy.assignment(w.key), r)
+        text = f"dry-run: would set {w}: cpuset {r.cpuset_cpus} mems {r.cpuset_mems or '-'} ({where})"
         log.info("%s", text)
         if self._note:
             self._note(text)
@@ -396,6 +416,67 @@ class ResourceManager:
             self._save_task.cancel()
         self.save_now()
 
+    # -- reconcile with the runtime --------------------------------------------------------
+
+    async def reconcile(self, upstream: Upstream) -> dict[str, int]:
+        """Catches up with what happened behind the relay's back (crictl rm, a wiped
+        containerd): containers gone from the runtime release their CPUs, exited ones
+        too, and running ones the relay never saw are adopted as at start-up. Costs one
+        ListContainers when nothing changed; returns the counts."""
+        # Only ids known before the list was asked for can be judged missing from it:
+        # a container created meanwhile gets its id after the runtime answered.
+        known = {c.id for c in self._cache if c.id}
+        listed = await messages.call(upstream, adopt.V1 + "ListContainers", pb.ListContainersRequest(),
+                                     pb.ListContainersResponse)
+        present = {c.id for c in listed.containers}
+        exited = [c.id for c in listed.containers if c.state == EXITED]
+        keys = {c.key for c in self._cache}
+        unknown = [c for c in listed.containers if c.state != EXITED and c.id not in known
+                   and self._cache.by_id(c.id) is None
+                   and f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}" not in keys]
+        gone = known - present
+        if exited:
+            await self._released_on_exit(exited)
+        new = await adopt.unknown_containers(upstream, self._cache, unknown, self._options.reserved_namespaces) \
+            if unknown else []
+        if not gone and not new:
+            return {"gone": 0, "adopted": 0}
+        adopted = 0
+        async with self._lock:
+            changed: set[str] = set()
+            for cid in gone:
+                c = self._cache.by_id(cid)
+                if c is None:
+                    continue  # removed through the relay meanwhile
+                log.info("%s (%s) was removed behind the relay's back: releasing its CPUs", c.workload, cid[:12])
+                changed |= self._release(c)
+                self._cache.remove_container(c.key)
+            for record in new:
+                if record.key in self._cache.containers:
+                    continue  # created through the relay while we asked about it
+                changed |= self._adopt(record)
+                adopted += 1
+            self._sync(changed)
+            self._save()
+        return {"gone": len(gone), "adopted": adopted}
+
+    def _adopt(self, record: ContainerRecord) -> set[str]:
+        """Places a running container the relay did not know (lock held); returns the keys to sync."""
+        try:
+            decision = self._policy.allocate(record.workload)
+        except Exception as e:  # one odd container must not stop the reconcile
+            self._counts.policy_errors += 1
+            log.error("policy %s failed on adopting %s: %s", self._policy_name, record.workload, e)
+            return set()
+        self._counts.decisions += 1
+        self._cache.add_container(record)
+        if decision.warning:
+            self._denied(record.workload, decision.warning)
+        if decision.resources is not None and not self._options.dry_run:
+            log.info("adopted %s (%s): %s", record.workload, record.id[:12],
+                     describe.placement(self._policy.assignment(record.key), decision.resources))
+        return {record.key} | set(decision.others)
+
     # -- start-up and reconfiguration --------------------------------------------------
 
     def restore(self, saved_assignments: Mapping[str, Assignment] | None) -> None:
@@ -408,6 +489,13 @@ class ResourceManager:
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
         decision = self._policy.restore(items)
+        for w, _ in items:
+            # The policy's warnings name each container with its key in parentheses.
+            if decision.warning and f"({w.key})" in decision.warning:
+                self._denied(w, "not enough free CPUs when its allocation was restored")
+            r = self._policy.resources(w.key)
+            if r is not None:
+                log.info("restored %s: %s", w, describe.placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others))
         self.save_now()  # before serving: the file on disk matches what is in force

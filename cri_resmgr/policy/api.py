@@ -102,6 +102,9 @@ class Policy(Protocol):
     def assignments(self) -> Mapping[str, Assignment]:
         """The state to persist."""
 
+    def assignment(self, key: str) -> Assignment | None:
+        """One known container's allocation (for the engine's log lines); None when unknown."""
+
 
 class PolicyError(CriResmgrError):
     pass

@@ -323,6 +323,10 @@ class PoolPolicy:
     def assignments(self) -> Mapping[str, Assignment]:
         return self._book.assignments()
 
+    def assignment(self, key: str) -> Assignment | None:
+        member = self._book.members.get(key)
+        return None if member is None else Assignment(pool=member.pool, exclusive=member.exclusive)
+
     # Introspection for tests, benchmarks and diagnostics.
     @property
     def shared(self) -> CPUSet:

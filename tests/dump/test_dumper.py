@@ -177,3 +177,39 @@ def test_bad_arguments_fail_before_anything_starts(tmp_path, methods):
     assert not path.exists()
     with pytest.raises(FileNotFoundError):
         Dumper(["full:.*"], file=str(tmp_path / "missing-dir" / "x.log"), methods=methods)
+
+
+def test_dump_file_is_reopened_after_logrotate_moves_it(tmp_path):
+    from cri_resmgr.dump import Dumper
+    path = tmp_path / "cri.dump"
+    d = Dumper(["full:.*"], file=str(path))
+    try:
+        d.note("before rotation")
+        d.reopen()  # queued behind the note, so the note lands in the old file
+        import time
+        deadline = time.monotonic() + 5
+        while "before rotation" not in path.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        path.rename(tmp_path / "cri.dump.1")  # what logrotate does, before its SIGHUP
+        d.reopen()
+        d.note("after rotation")
+    finally:
+        d.close()
+    assert "after rotation" in path.read_text()
+    assert "after rotation" not in (tmp_path / "cri.dump.1").read_text()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_dump_file_size_cap_rotates_to_dot_1(tmp_path):
+    from cri_resmgr.dump import Dumper
+    path = tmp_path / "cri.dump"
+    d = Dumper(["full:.*"], file=str(path), max_size=2000)
+    try:
+        for i in range(200):
+            d.note(f"note {i:04d} " + "x" * 40)
+    finally:
+        d.close()
+    old = tmp_path / "cri.dump.1"
+    assert old.exists() and "note 0199" in path.read_text()
+    assert path.stat().st_size < 2000 + 200 and old.stat().st_size < 2000 + 200  # one record past the cap at most

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -252,6 +253,7 @@ def test_sighup_rereads_forced_config_and_keeps_it_when_broken(containerd, cgrou
 
 def test_metrics_endpoint(containerd, cgroup_root, workdir):
     import socket as socketlib
+    import urllib.error
     import urllib.request
     with socketlib.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -268,7 +270,47 @@ def test_metrics_endpoint(containerd, cgroup_root, workdir):
         assert 'cri_resmgr_policy_active{policy="static"} 1.0' in text
         assert "cri_resmgr_policy_decisions_total 2.0" in text
         assert "cri_resmgr_containers 2.0" in text
+        assert "cri_resmgr_exclusive_cpus_denied_total" in text
+        # Health on the same address: the runtime answers Version and the policy is in force.
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read() == b"ok\n"
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).read() == b"ready\n"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing", timeout=5)
+        assert e.value.code == 404
+        probe = subprocess.run([*relay.command()[:3], "-probe", "-metrics-address", f":{port}"],
+                               capture_output=True, text=True, timeout=30)
+        assert probe.returncode == 0 and probe.stdout.strip() == "ready: ready", probe
     finally:
+        relay.stop()
+    probe = subprocess.run([*relay.command()[:3], "-probe", "-metrics-address", f"127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=30)
+    assert probe.returncode == 1 and "not ready: relay not reachable" in probe.stderr, probe
+
+
+def test_container_removed_at_containerd_returns_its_cpu_within_the_reconcile_period(
+        containerd, cgroup_root, workdir):
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd.socket),
+                         ["-force-config", str(cfg), "-reconcile-period", "2"]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    direct = Kubelet(containerd.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        a = k.start_pod(besteffort("stays")).container_ids["c"]
+        g = k.start_pod(guaranteed("removed-behind")).container_ids["c"]
+        exclusive = CPUSet(cpuset_of(k, g))
+        wait_cpuset(k, a, str(ONLINE - exclusive))
+        # crictl stop + rm, straight at containerd: the relay sees none of it.
+        direct.stop_container(g)
+        direct.remove_container(g)
+        start = time.monotonic()
+        wait_cpuset(k, a, ALL, timeout=2 + 8)  # the period, and time for the update to land
+        assert time.monotonic() - start < 10
+        assert "default/removed-behind:c" in relay.log() and "removed behind the relay's back" in relay.log()
+        wait_state(relay, lambda st: all(v["exclusive"] == "" for v in st["assignments"].values()))
+    finally:
+        direct.close()
+        k.delete_all_pods()
+        k.close()
         relay.stop()
 
 

@@ -351,5 +351,6 @@ class _Feed:
 def test_stats_before_any_configuration():
     ctl = Controller(EngineSettings(), default_registry(), _Feed(), None, lambda *args: None)
     assert ctl.stats() == EngineStats(policy="none", decisions=0, policy_errors=0, released_on_exit=0,
-                                      updates_sent=0, updates_failed=0, containers=0, dump_dropped=None)
+                                      exclusive_denied=0, updates_sent=0, updates_failed=0, containers=0,
+                                      dump_dropped=None)
     assert ctl.active_policy() is None and ctl.config is None

@@ -10,6 +10,7 @@ test_policy_containerd.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -239,6 +240,44 @@ def test_unreachable_runtime_answers_unavailable_naming_the_socket(make, tmp_pat
         s.call(V1 + "Version", b"", timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     assert s.runtime_sock in e.value.details()
+
+
+def test_runtime_lost_and_back_are_logged_once_each_not_per_connection(make, caplog):
+    from fake_runtime import FakeRuntime
+
+    caplog.set_level(logging.INFO, logger="cri_resmgr.transport")
+    s = make()
+    clients = [grpc.insecure_channel("unix://" + s.relay_sock) for _ in range(4)]
+
+    def call_each() -> list[grpc.StatusCode]:
+        codes = []
+        for c in clients:
+            try:
+                c.unary_unary(V1 + "Version")(b"", timeout=5)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as e:
+                codes.append(e.code())
+        return codes
+
+    try:
+        assert call_each() == [grpc.StatusCode.OK] * 4  # four relayed connections
+        s.loop.run(s.fake.stop())  # the runtime restarts: every runtime connection closes...
+        for _ in range(3):  # ...and the clients' new connections find no runtime, many times
+            assert grpc.StatusCode.OK not in call_each()
+        s.fake = FakeRuntime(s.runtime_sock)
+        s.loop.run(s.fake.start())
+        deadline = time.monotonic() + 20
+        while call_each() != [grpc.StatusCode.OK] * 4:
+            assert time.monotonic() < deadline, "clients never got through to the restarted runtime"
+            time.sleep(0.2)
+    finally:
+        for c in clients:
+            c.close()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("cri_resmgr.transport")
+             and r.levelno >= logging.INFO and "runtime at" in r.getMessage()]
+    assert len([m for m in lines if " lost " in m]) == 1, lines
+    assert len([m for m in lines if m.endswith("is back")]) == 1, lines
+    assert len(lines) == 2, lines
 
 
 class _ClosedClient:

@@ -28,9 +28,9 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["-bogus"], "no such option '-bogus'"),
-    (["--cert-file", "a", "--key-file", "b", "--nope=1"], "no such option '--nope'"),
-    (["-key-file", "k"], "Missing option '-cert-file'"),
+    (["-bogus"], "no such option: -bogus"),
+    (["--cert-file", "a", "--key-file", "b", "--nope=1"], "no such option: --nope"),
+    (["-key-file", "k"], "missing option: -cert-file"),
     (["-cert-file", "c", "-key-file", "k", "-port", "http"], "'http' is not a valid integer"),
     (["-cert-file", "c", "-key-file", "k", "-port", "70000"], "70000 is not in the range"),
     (["-cert-file", "c", "-key-file", "k", "-max-body-bytes", "0"], "0 is not in the range"),

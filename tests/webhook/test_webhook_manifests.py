@@ -2,19 +2,24 @@
 that kubernetes-validate ships, and checked against what the webhook does."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from cri_resmgr_webhook.cli import command
+from cri_resmgr_webhook.cli import CERT_FILE, COMMAND, KEY_FILE, PORT
 from cri_resmgr_webhook.handler import HEALTH_PATH, MUTATE_PATH
 from cri_resmgr_webhook.server import DEFAULT_PORT
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-DEPLOY = Path(__file__).resolve().parents[2] / "webhook" / "deploy"
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "webhook" / "deploy"
 MANIFESTS = sorted(DEPLOY.glob("*.yaml"))
 
 
@@ -82,11 +87,11 @@ def test_deployment_probes_are_https_healthz():
 
 def test_deployment_args_are_flags_the_program_takes():
     container = deployment_container()
-    ctx = command.make_context("cri-resmgr-webhook", list(container["args"]))
+    values = COMMAND.parse(list(container["args"]))
     mount = container["volumeMounts"][0]["mountPath"]
-    assert ctx.params["cert_file"] == f"{mount}/tls.crt"
-    assert ctx.params["key_file"] == f"{mount}/tls.key"
-    assert ctx.params["port"] == DEFAULT_PORT
+    assert values[CERT_FILE] == f"{mount}/tls.crt"
+    assert values[KEY_FILE] == f"{mount}/tls.key"
+    assert values[PORT] == DEFAULT_PORT
     assert container["ports"][0]["containerPort"] == DEFAULT_PORT
 
 
@@ -133,5 +138,27 @@ def test_dockerfile_matches_the_deployment():
     user = re.search(r"^USER (\d+)", dockerfile, re.M)
     assert user and int(user.group(1)) != 0
     assert "EXPOSE 8443" in dockerfile
+    assert re.search(r"^COPY cri_resmgr/__init__\.py cri_resmgr/flags\.py /app/cri_resmgr/$", dockerfile, re.M)
+
+
+def test_the_image_holds_all_the_webhook_imports(tmp_path, pki):
+    """What the Dockerfile's COPY lines put in /app, run without site-packages (the image
+    installs nothing): the webhook must start, parse its flags and load its certificate."""
+    app = tmp_path / "app"
+    for line in (DEPLOY.parent / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            *sources, dest = line.split()[1:]
+            target = app / Path(dest).relative_to("/app")
+            target.mkdir(parents=True, exist_ok=True)
+            for source in sources:
+                for path in REPO.glob(source):
+                    shutil.copy2(path, target / path.name)
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(app)}
+    command = [sys.executable, "-S", "-m", "cri_resmgr_webhook"]
+    shown = subprocess.run([*command, "-help"], cwd=app, env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "-cert-file, --cert-file" in shown.stdout, shown.stderr
+    refused = subprocess.run([*command, "-cert-file", str(pki.cert), "-key-file", str(pki.ca_key)], cwd=app,
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "does not match certificate file" in refused.stderr, refused.stderr
     assert load("deployment.yaml")["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
         "cri-resmgr-webhook:")

@@ -140,7 +140,8 @@ class Connection(InterceptedCalls):
 
     def runtime_lost(self) -> None:
         if not self.closed:
-            log.info("runtime connection closed: closing the client connection")
+            # Every connection sees a runtime restart: the relay says it once.
+            self.relay.runtime_lost("it closed the connection")
         self.close()
 
     def pause_runtime(self, pause: bool) -> None:

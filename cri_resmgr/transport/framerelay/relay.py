@@ -50,6 +50,27 @@ class FrameRelay:
         self.failures = FailureLog(log)
         self.clients = 0  # client connections open, relayed or not
         self._turned_away_logged = -60.0
+        # The runtime as the relay's connections last found it. Each client connection has
+        # its own runtime connection, so a restart is seen many times: only the
+        # transitions are logged, once each (runtime_lost, runtime_back).
+        self.runtime_up = True
+
+    # -- the runtime's comings and goings ---------------------------------------------
+
+    def runtime_lost(self, why: str) -> None:
+        """A runtime connection failed or was closed by the runtime."""
+        if self.runtime_up:
+            self.runtime_up = False
+            log.warning("runtime at %s lost (%s): callers get UNAVAILABLE until it returns",
+                        self.upstream_path, why)
+        else:
+            log.debug("runtime at %s still away (%s)", self.upstream_path, why)
+
+    def runtime_back(self) -> None:
+        """A runtime connection was made: logged only after a loss."""
+        if not self.runtime_up:
+            self.runtime_up = True
+            log.info("runtime at %s is back", self.upstream_path)
 
     # -- configuration -------------------------------------------------------------
 
@@ -179,10 +200,10 @@ class _ClientSide(asyncio.Protocol):
         except OSError as e:
             if self.transport.is_closing():
                 return
-            log.warning("runtime at %s unreachable (%s): answering UNAVAILABLE until it is back",
-                        self.relay.upstream_path, e)
+            self.relay.runtime_lost(f"unreachable: {e}")
             conn = Unreachable(self.relay, self.transport, str(e))
         else:
+            self.relay.runtime_back()
             if self.transport.is_closing():
                 runtime.close()
                 return

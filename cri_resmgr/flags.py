@@ -1,0 +1,239 @@
+"""Go-style command lines, the same for cri-resmgr, cri-resmgr-agent and cri-resmgr-webhook.
+
+A flag takes one or two dashes, its value after a space or '=': `-policy static`,
+`-policy=static`, `--policy static`; a switch stands alone (`-dry-run`). `-h`,
+`-help` and `--help` print the flag table and exit 0. Any usage error is one line,
+`PROG: error: MESSAGE` naming the flag as it was typed, and exit code 2.
+
+This module imports only the standard library: the webhook's container image holds
+it beside the webhook package and nothing else of cri-resmgr (.importlinter).
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
+
+__all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Values", "choice", "integer", "number",
+           "option", "repeated", "switch", "text"]
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT
+HELP_NAMES = ("h", "help")
+
+T = TypeVar("T")
+D = TypeVar("D")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class CommandError(Exception):
+    """Ends a command with one line on stderr, `PROG: error: MESSAGE`, and `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UsageError(CommandError):
+    """A bad command line: an unknown flag, a bad value, or a combination the command refuses."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
+class HelpRequested(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Flag(Generic[T_co]):
+    """One flag: `-name METAVAR`, or a switch when metavar is ''."""
+
+    name: str
+    metavar: str
+    help: str
+    default: T_co
+    # The texts given for the flag, in order (at least one), to its value; a ValueError
+    # says what is wrong with a text. Taking them all keeps T_co covariant, so that one
+    # Command holds flags of every type.
+    convert: Callable[[Sequence[str]], T_co]
+    required: bool = False
+
+    @property
+    def is_switch(self) -> bool:
+        return not self.metavar
+
+
+def switch(name: str, help: str) -> Flag[bool]:
+    return Flag(name, "", help, False, lambda _texts: True)
+
+
+def option(name: str, metavar: str, help: str, default: D, parse: Callable[[str], T],
+           required: bool = False) -> Flag[T | D]:
+    """A flag with a value; given twice, the last one counts (each is checked)."""
+    return Flag(name, metavar, help, default, lambda texts: [parse(t) for t in texts][-1], required)
+
+
+def text(name: str, metavar: str, help: str, default: D, required: bool = False) -> Flag[str | D]:
+    return option(name, metavar, help, default, str, required)
+
+
+def repeated(name: str, metavar: str, help: str) -> Flag[tuple[str, ...]]:
+    """A flag that may be given several times; its value is every text, in order."""
+    return Flag(name, metavar, help, (), tuple)
+
+
+def choice(name: str, help: str, choices: Sequence[str], default: str) -> Flag[str]:
+    """One of `choices`, in any case; the value is spelled as in `choices`."""
+    by_key = {c.lower(): c for c in choices}
+
+    def parse(text: str) -> str:
+        if text.lower() not in by_key:
+            raise ValueError(f"{text!r} is not one of {', '.join(map(repr, choices))}")
+        return by_key[text.lower()]
+
+    return option(name, "|".join(choices), help, default, parse)
+
+
+def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a valid integer") from None
+        _check_range(text, value, low, high)
+        return value
+
+    return parse
+
+
+def number(low: float | None = None) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a valid number") from None
+        _check_range(text, value, low, None)
+        return value
+
+    return parse
+
+
+def _check_range(text: str, value: float, low: float | None, high: float | None) -> None:
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{low}-{high}" if low is not None and high is not None else \
+            f">= {low}" if low is not None else f"<= {high}"
+        raise ValueError(f"{text} is not in the range {bounds}")
+
+
+class Values:
+    """The parsed command line; `values[FLAG]` has FLAG's type."""
+
+    def __init__(self, values: dict[str, object]) -> None:
+        self._values = values
+
+    def __getitem__(self, flag: Flag[T]) -> T:
+        # Each value came from this flag's own default or convert, so it has the flag's type.
+        return cast(T, self._values[flag.name])
+
+
+@dataclass(frozen=True)
+class Command:
+    prog: str
+    summary: str  # what the command does, shown by -help above the flags
+    flags: Sequence[Flag[object]]
+
+    def run(self, argv: Sequence[str], body: Callable[[Values], int]) -> int:
+        """Parses argv and calls body with the values; returns the exit code: body's,
+        0 after -help, or a CommandError's after printing its one line."""
+        try:
+            return body(self.parse(argv))
+        except HelpRequested:
+            print(self.help())
+            return 0
+        except CommandError as err:
+            return self.report(err)
+        except KeyboardInterrupt:  # before the program's own signal handling is in place
+            return EXIT_INTERRUPTED
+
+    def report(self, err: CommandError) -> int:
+        """Prints err as the command's one-line error; returns its exit code."""
+        message = " ".join(str(err).splitlines())
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        return err.code
+
+    def parse(self, argv: Sequence[str]) -> Values:
+        """Raises UsageError for a bad command line, HelpRequested for -h/-help/--help."""
+        by_name = {f.name: f for f in self.flags}
+        given: dict[str, tuple[str, list[str]]] = {}  # name -> (spelling as typed, texts)
+        args = list(argv)
+        while args:
+            arg = args.pop(0)
+            if arg == "--":  # the end of the flags; none of the commands takes other arguments
+                if args:
+                    raise UsageError(f"unexpected extra argument ({args[0]})")
+                break
+            if arg == "-" or not arg.startswith("-"):
+                raise UsageError(f"unexpected extra argument ({arg})")
+            spelling, has_value, value = arg.partition("=")
+            flag = self._lookup(spelling, by_name)
+            _, texts = given.get(flag.name, (spelling, []))
+            texts.append(self._value(flag, spelling, value if has_value else None, args))
+            given[flag.name] = (spelling, texts)
+        return Values({f.name: self._convert(f, given.get(f.name)) for f in self.flags})
+
+    def _lookup(self, spelling: str, by_name: dict[str, Flag[object]]) -> Flag[object]:
+        name = spelling[2:] if spelling.startswith("--") else spelling[1:]
+        if name in HELP_NAMES:
+            raise HelpRequested
+        flag = by_name.get(name)
+        if flag is None:
+            raise UsageError(f"no such option: {spelling}")
+        return flag
+
+    @staticmethod
+    def _value(flag: Flag[object], spelling: str, inline: str | None, rest: list[str]) -> str:
+        """The flag's text: after '=', else the next argument; '' for a switch."""
+        if flag.is_switch:
+            if inline is not None:
+                raise UsageError(f"option {spelling} takes no value")
+            return ""
+        if inline is not None:
+            return inline
+        if not rest:
+            raise UsageError(f"option {spelling} requires a value")
+        return rest.pop(0)
+
+    @staticmethod
+    def _convert(flag: Flag[object], given: tuple[str, list[str]] | None) -> object:
+        if given is None:
+            if flag.required:
+                raise UsageError(f"missing option: -{flag.name}")
+            return flag.default
+        spelling, texts = given
+        try:
+            return flag.convert(texts)
+        except ValueError as err:
+            raise UsageError(f"invalid value for {spelling}: {err}") from None
+
+    def help(self) -> str:
+        lines = [f"usage: {self.prog} [flags]", "", *textwrap.wrap(self.summary, 100), "",
+                 "Flags take one or two dashes, the value after a space or '=':"]
+        for flag in self.flags:
+            lines.append(f"  -{flag.name}, --{flag.name}" + (f" {flag.metavar}" if flag.metavar else ""))
+            # Paths and names stay whole: a reader copies them.
+            lines += textwrap.wrap(flag.help + _default_note(flag), 100, initial_indent=" " * 8,
+                                   subsequent_indent=" " * 8, break_on_hyphens=False, break_long_words=False)
+        lines += ["  -h, -help, --help", " " * 8 + "Show this help and exit."]
+        return "\n".join(lines)
+
+
+def _default_note(flag: Flag[object]) -> str:
+    if flag.required:
+        return " (required)"
+    if flag.default is None or flag.default is False or flag.default in ("", ()):
+        return ""
+    return f" (default: {flag.default})"

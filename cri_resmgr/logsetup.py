@@ -1,0 +1,88 @@
+"""Logging set-up: INFO for everything, DEBUG for the sources `-logger-debug` names.
+
+`-logger-debug` takes the original CRI-RM form: `'*'` (all of ours) or a comma-separated
+list of sources (`policy,cache,relay`). Debug is turned on for our loggers only
+(`cri_resmgr...`), never the root logger, so grpc's and asyncio's debug lines stay off.
+A configuration's `logger.Debug: true` adds all of ours while it is in force.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+ROOT = "cri_resmgr"
+ALL = "*"
+# Source names (the original's and the layers of docs/architecture.md) to our loggers.
+SOURCES: dict[str, tuple[str, ...]] = {
+    "relay": ("cri_resmgr.transport",),
+    "transport": ("cri_resmgr.transport",),
+    "engine": ("cri_resmgr.engine",),
+    "resource-manager": ("cri_resmgr.engine.resmgr", "cri_resmgr.engine.controller"),
+    "resmgr": ("cri_resmgr.engine.resmgr", "cri_resmgr.engine.controller"),
+    "cache": ("cri_resmgr.engine.cache", "cri_resmgr.engine.adopt"),
+    "enforce": ("cri_resmgr.engine.enforce",),
+    "policy": ("cri_resmgr.policy",),
+    "config": ("cri_resmgr.config", "cri_resmgr.agent_client"),
+    "agent": ("cri_resmgr.agent_client",),
+    "dump": ("cri_resmgr.dump",),
+    "topology": ("cri_resmgr.topology",),
+    "sysfs": ("cri_resmgr.topology",),
+    "metrics": ("cri_resmgr.metrics", "cri_resmgr.health"),
+    "app": ("cri_resmgr.app",),
+}
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def parse_sources(text: str) -> frozenset[str]:
+    """`'*'` or `a,b,c`; raises ValueError naming an unknown source."""
+    names = frozenset(n.strip().lower() for n in text.split(",") if n.strip())
+    if not names:
+        raise ValueError("expected '*' or a comma-separated list of sources")
+    unknown = sorted(names - SOURCES.keys() - {ALL})
+    if unknown:
+        raise ValueError(f"unknown log source {', '.join(unknown)} (known: {ALL}, {', '.join(sorted(SOURCES))})")
+    return names
+
+
+def _loggers(sources: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for s in sources:
+        out.update((ROOT,) if s == ALL else SOURCES[s])
+    return out
+
+
+class DebugSources:
+    """Which of our loggers log at DEBUG: the command line's, plus all of ours while the
+    configuration in force says `logger.Debug: true`."""
+
+    def __init__(self, sources: frozenset[str]) -> None:
+        self._flag = _loggers(sources)
+        self._on: set[str] = set()
+        self.set_config_debug(False)
+
+    def set_config_debug(self, debug: bool) -> None:
+        wanted = self._flag | ({ROOT} if debug else set())
+        for name in self._on - wanted:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        for name in wanted:
+            logging.getLogger(name).setLevel(logging.DEBUG)
+        self._on = wanted
+
+
+def setup(sources: frozenset[str]) -> DebugSources:
+    """INFO on the root logger (so grpc, asyncio and the rest stay quiet), DEBUG for `sources`."""
+    logging.basicConfig(level=logging.INFO, format=FORMAT)
+    return DebugSources(sources)
+
+
+def debug_flag_value(argv: list[str], name: str) -> list[str]:
+    """A bare `-logger-debug` (no value, as the switch it used to be) means `'*'`: it is
+    followed by nothing or by another flag. Rewritten before parsing, since the flag
+    parser's options always take a value."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg in (f"-{name}", f"--{name}") and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out[-1] = f"{arg}={ALL}"
+    return out

@@ -1,0 +1,97 @@
+"""The engine's periodic reconcile with the runtime, and the log lines an operator
+reads: placements, releases, updates by name, denied exclusive CPUs."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from test_engine_fake_runtime import STATIC, Engine, besteffort, check_static_invariants, guaranteed
+
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.metrics import EngineCollector
+from cri_resmgr.topology.cpuset import CPUSet
+
+SHAPE = dict(sockets=1, cores_per_die=4, threads_per_core=2)
+
+
+@pytest.fixture
+def engine_factory():
+    made: list[Engine] = []
+
+    def make(*args, **kw):
+        made.append(Engine(*args, **kw))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def _messages(caplog, level=logging.INFO):
+    return [r.getMessage() for r in caplog.records if r.name.startswith("cri_resmgr") and r.levelno == level]
+
+
+def test_container_removed_behind_the_relays_back_releases_its_cpus(engine_factory):
+    e = engine_factory(SHAPE, STATIC)
+    shared = e.kubelet.start_pod(besteffort("s"))
+    g = e.kubelet.start_pod(guaranteed("g", "2"))
+    check_static_invariants(e, {"g"})
+    assert len(CPUSet(e.fake.cpuset(shared.container_ids["c"]))) == 6
+    # crictl rm, straight at the runtime: the relay never sees it.
+    del e.fake.containers[g.container_ids["c"]]
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 1, "adopted": 0}
+    e.flush()
+    assert CPUSet(e.fake.cpuset(shared.container_ids["c"])) == e.ctl.topology().online  # the pool grew back
+    assert not any(k.startswith(g.sandbox_id) for k in e.ctl.active_policy().assignments())
+    # Nothing changed since: one ListContainers, nothing else.
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 0}
+
+
+def test_unknown_running_container_is_adopted_as_at_start_up(engine_factory):
+    e = engine_factory(SHAPE, STATIC)
+    shared = e.kubelet.start_pod(besteffort("s"))
+    e.flush()
+    # A pod and container made at the runtime directly (another client of containerd).
+    cfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="stray", namespace="default", uid="u1"))
+    e.fake.pods["podstray"] = cfg
+    e.fake.containers["ctrstray"] = {
+        "pod": "podstray", "name": "c", "metadata": pb.ContainerMetadata(name="c"),
+        "state": pb.ContainerState.CONTAINER_RUNNING, "resources": pb.LinuxContainerResources()}
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 1}
+    e.flush()
+    assert "podstray:c:0" in e.ctl.active_policy().assignments()
+    assert e.fake.cpuset("ctrstray") == e.fake.cpuset(shared.container_ids["c"])  # placed on the shared pool
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 0}  # known now
+
+
+def test_placements_releases_and_updates_are_logged_with_names(engine_factory, caplog):
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    e = engine_factory(SHAPE, STATIC)
+    e.kubelet.start_pod(besteffort("web"))
+    g = e.kubelet.start_pod(guaranteed("db", "2"))
+    e.flush()
+    info = _messages(caplog)
+    assert any(m.startswith("default/web:c: shared CPUs ") for m in info), info
+    excl = [m for m in info if m.startswith("default/db:c: exclusive CPUs ")]
+    assert len(excl) == 1 and ", mems 0" in excl[0], info
+    # The shrink of web's cpuset is an update sent to another container: named, not only its id.
+    assert any(m.startswith("updated default/web:c (") for m in info), info
+    e.kubelet.delete_pod(g)
+    e.flush()
+    info = _messages(caplog)
+    assert any(m.startswith("default/db:c: released exclusive CPUs") for m in info), info
+
+
+def test_guaranteed_container_without_its_exclusive_cpus_is_a_warning_and_counted(engine_factory, caplog):
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    e = engine_factory(SHAPE, STATIC)  # 8 CPUs, 2 reserved: 5 can be exclusive
+    e.kubelet.start_pod(guaranteed("big", "5"))
+    e.kubelet.start_pod(guaranteed("late", "2"))
+    e.flush()
+    warnings = _messages(caplog, logging.WARNING)
+    assert any(m.startswith("default/late:c did not get the exclusive CPUs it asked for") for m in warnings), \
+        warnings
+    assert e.ctl.stats().exclusive_denied == 1
+    samples = {s.name: s.value for m in EngineCollector(e.ctl).collect() for s in m.samples}
+    assert samples["cri_resmgr_exclusive_cpus_denied_total"] == 1
