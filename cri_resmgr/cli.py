@@ -19,6 +19,8 @@ from cri_resmgr.config.settings import (
 )
 from cri_resmgr.config.sources import initial_config
 from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
+from cri_resmgr.topology import TopologyError, discover
+from cri_resmgr.topology.render import render_json, render_text
 
 PROG = "cri-resmgr"
 
@@ -85,9 +87,21 @@ COMMAND = flags.Command(
 )
 
 
+# `cri-resmgr topology`: what the relay believes about the node, for an operator to check.
+TOPOLOGY_OUTPUT = flags.choice("o", "Output format: a text picture, or JSON for tools.", ("text", "json"), "text")
+TOPOLOGY = flags.Command(
+    f"{PROG} topology",
+    "Print the hardware topology as discovered under the host root: packages, dies, NUMA nodes, caches, "
+    "cores and threads, memory per node, offline and isolated CPUs, and what discovery left out.",
+    (HOST_ROOT, TOPOLOGY_OUTPUT),
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point. Usage errors are one line on stderr and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["topology"]:
+        sys.exit(TOPOLOGY.run(args[1:], _topology))
     try:
         args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
                                          LOGGER_DEBUG.name)
@@ -118,6 +132,15 @@ def _run(values: flags.Values) -> int:
         raise flags.UsageError(str(e)) from None
     debug = logsetup.setup(settings.logger_debug)
     return asyncio.run(app.run(settings, registry, debug.set_config_debug))
+
+
+def _topology(values: flags.Values) -> int:
+    try:
+        topo = discover(values[HOST_ROOT])
+    except TopologyError as e:
+        raise flags.CommandError(str(e)) from None
+    print(render_json(topo) if values[TOPOLOGY_OUTPUT] == "json" else render_text(topo))
+    return 0
 
 
 def _settings(values: flags.Values, registry: Registry) -> Settings:

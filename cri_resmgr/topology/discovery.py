@@ -1,9 +1,10 @@
 """Build a Topology from a sysfs tree under a host root.
 
-Only `<host_root>/sys/devices/system/{cpu,node}` is read. The cpu directory
-is required; everything else degrades: no node directory means one node
-holding all CPUs, a missing die_id means die 0, a missing distance file means
-the ACPI defaults (10 local, 20 remote), a missing meminfo means 0 kB.
+Only `<host_root>/sys/devices/...` is read. The cpu directory is required;
+everything else degrades, with a warning naming the path when a file is odd
+(Topology.warnings): a detail the kernel does not give is absent from the
+model, never guessed. Threads belong to a core by `thread_siblings_list`
+(as hwloc does): core ids repeat across dies on old kernels.
 """
 
 from __future__ import annotations
@@ -11,36 +12,30 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TypeVar
 
 from cri_resmgr.topology.cpuset import CPUSet
 
-from .model import (
-    DEFAULT_LOCAL_DISTANCE,
-    DEFAULT_REMOTE_DISTANCE,
-    CPUInfo,
-    NumaNode,
-    Topology,
-    TopologyError,
-)
+from .cpuextras import read_caches, read_clusters, read_frequencies, read_kinds
+from .model import UNKNOWN, CPUInfo, Topology, TopologyError
+from .nodes import read_nodes
+from .sysfsread import Reader
 
 __all__ = ["discover", "SYSFS_CPU_DIR", "SYSFS_NODE_DIR"]
 
 SYSFS_CPU_DIR = "sys/devices/system/cpu"
 SYSFS_NODE_DIR = "sys/devices/system/node"
 
-D = TypeVar("D")  # what a reader returns for a missing file
-
 _CPU_DIR_RE = re.compile(r"cpu(\d+)")
-_NODE_DIR_RE = re.compile(r"node(\d+)")
-_MEMTOTAL_RE = re.compile(r"MemTotal:\s*(\d+)\s*kB")
+
+# (package, die, core_id, thread_siblings_list) as read, None where absent.
+_Raw = tuple[int, int, int, CPUSet | None]
 
 
 def discover(host_root: str | os.PathLike[str] = "/") -> Topology:
     """Read the CPU and NUMA topology of the machine whose root is `host_root`.
 
-    Raises TopologyError naming the path when the host root or its cpu
-    directory is missing or unreadable, or when a file holds garbage.
+    Raises TopologyError naming the path only when the host root or its cpu
+    directory is missing or unreadable; odd files become warnings.
     """
     root = Path(host_root)
     if not root.is_dir():
@@ -52,192 +47,135 @@ def discover(host_root: str | os.PathLike[str] = "/") -> Topology:
             hint = f" ({str(root)!r} looks like a sysfs mount: pass the directory above it)"
         raise TopologyError(f"CPU sysfs directory {str(cpu_dir)!r} is missing{hint}")
     try:
-        cpu_entries = _numbered_dirs(cpu_dir, _CPU_DIR_RE)
+        entries = _numbered_dirs(str(cpu_dir), _CPU_DIR_RE)
     except OSError as err:
         raise TopologyError(f"cannot list {str(cpu_dir)!r}: {err}") from err
 
-    online = _online_cpus(cpu_dir, cpu_entries)
-    offline = _read_cpulist(cpu_dir / "offline", default=CPUSet()) - online
-    isolated = _read_cpulist(cpu_dir / "isolated", default=CPUSet()) & online
+    rd = Reader()
+    cdir = str(cpu_dir)
+    online = _online_cpus(rd, cdir, entries)
+    present = CPUSet(entries) | online
+    offline = rd.cpulist(f"{cdir}/offline")
+    if offline is None:
+        # No cpu/offline: the CPUs that have a directory but are not online.
+        offline = present - online
+    offline -= online
+    isolated = (rd.cpulist(f"{cdir}/isolated") or CPUSet()) & online
+    nohz_full = (rd.cpulist(f"{cdir}/nohz_full") or CPUSet()) & online
 
-    raw = {cpu: _read_cpu_topology(cpu_dir / f"cpu{cpu}", cpu) for cpu in online}
-    nodes, cpu_node = _read_nodes(root / SYSFS_NODE_DIR, online, cpu_dir)
+    raw = _read_topologies(rd, cdir, online)
+    siblings = _cores(rd, cdir, raw, online)
+    nodes, cpu_node = read_nodes(rd, str(root / SYSFS_NODE_DIR), cdir, online)
+    l2, l3, caches = read_caches(rd, cdir, online)
+    clusters = read_clusters(rd, cdir, online)
+    kinds, capacity = read_kinds(rd, str(root), cdir, online)
+    base, top = read_frequencies(rd, cdir, online)
 
-    cpus = _build_cpus(raw, cpu_node, online)
-    return Topology(cpus, nodes, offline=offline, isolated=isolated)
+    cpus = []
+    for cpu in raw:
+        first = raw[siblings[cpu].min()]  # one core, one place: its lowest thread's
+        cpus.append(CPUInfo(
+            id=cpu, package=first[0], die=first[1], core=first[2], node=cpu_node[cpu],
+            siblings=siblings[cpu], cluster=clusters.get(cpu), l2=l2.get(cpu), l3=l3.get(cpu),
+            kind=kinds.get(cpu), capacity=capacity.get(cpu), base_khz=base.get(cpu), max_khz=top.get(cpu),
+        ))
+    return Topology(
+        cpus, nodes, offline=offline, isolated=isolated, present=present, nohz_full=nohz_full,
+        caches=caches, warnings=rd.warnings,
+    )
 
 
-def _numbered_dirs(parent: Path, pattern: re.Pattern[str]) -> dict[int, Path]:
+def _numbered_dirs(parent: str, pattern: re.Pattern[str]) -> dict[int, str]:
     found = {}
-    for entry in os.scandir(parent):
-        match = pattern.fullmatch(entry.name)
-        if match and entry.is_dir():
-            found[int(match.group(1))] = Path(entry.path)
+    with os.scandir(parent) as it:
+        for entry in it:
+            match = pattern.fullmatch(entry.name)
+            if match and entry.is_dir():
+                found[int(match.group(1))] = entry.path
     return dict(sorted(found.items()))
 
 
-def _online_cpus(cpu_dir: Path, entries: dict[int, Path]) -> CPUSet:
-    listed = _read_cpulist(cpu_dir / "online", default=None)
-    if listed is not None:
+def _online_cpus(rd: Reader, cdir: str, entries: dict[int, str]) -> CPUSet:
+    listed = rd.cpulist(f"{cdir}/online")
+    if listed:
         return listed
-    # No cpu/online: trust per-CPU online flags; cpu0 usually has none
+    # No (usable) cpu/online: trust per-CPU online flags; cpu0 usually has none
     # because it cannot be hot-unplugged.
-    online = []
-    for cpu, path in entries.items():
-        flag = _read_text(path / "online", default="1").strip()
-        if flag != "0":
-            online.append(cpu)
+    online = [cpu for cpu, path in entries.items() if rd.text(f"{path}/online") != "0"]
     if not online:
-        raise TopologyError(f"no online CPUs found under {str(cpu_dir)!r}")
+        raise TopologyError(f"no online CPUs found under {cdir!r}")
     return CPUSet(online)
 
 
-def _read_cpu_topology(path: Path, cpu: int) -> tuple[int, int, int, CPUSet | None]:
-    topo = path / "topology"
-    if not topo.is_dir():
+def _read_topologies(rd: Reader, cdir: str, online: CPUSet) -> dict[int, _Raw]:
+    # A thread listed by an earlier thread's sibling list takes that reading:
+    # a core is placed by its lowest thread anyway, and this halves the reads
+    # on SMT machines (thousands of files on big ones).
+    raw: dict[int, _Raw] = {}
+    for cpu in online:
+        if cpu not in raw:
+            raw[cpu] = found = _read_cpu_topology(rd, f"{cdir}/cpu{cpu}", cpu)
+            if found[3] is not None and cpu in found[3]:
+                for sibling in found[3]:
+                    if sibling > cpu and sibling in online:
+                        raw[sibling] = found
+    return dict(sorted(raw.items()))
+
+
+def _read_cpu_topology(rd: Reader, path: str, cpu: int) -> _Raw:
+    topo = f"{path}/topology"
+    siblings = rd.cpulist(f"{topo}/thread_siblings_list")
+    package = rd.integer(f"{topo}/physical_package_id")
+    if package is None and siblings is None and not os.path.isdir(topo):
         # Some virtual machines expose no topology: a single-thread core per CPU.
-        return (0, 0, cpu, CPUSet([cpu]))
-    package = _read_int(topo / "physical_package_id", default=0)
-    die = _read_int(topo / "die_id", default=0)
-    core = _read_int(topo / "core_id", default=cpu)
-    siblings = _read_cpulist(topo / "thread_siblings_list", default=None)
-    # Some platforms report -1 when an id is unknown.
-    return (max(package, 0), max(die, 0), core if core >= 0 else cpu, siblings)
+        return (UNKNOWN, UNKNOWN, cpu, CPUSet([cpu]))
+    die = rd.integer(f"{topo}/die_id")
+    core = rd.integer(f"{topo}/core_id")
+    # -1 is the kernel's own "unknown"; anything negative is no better.
+    return (
+        UNKNOWN if package is None or package < 0 else package,
+        UNKNOWN if die is None or die < 0 else die,
+        UNKNOWN if core is None or core < 0 else core,
+        siblings,
+    )
 
 
-def _build_cpus(
-    raw: dict[int, tuple[int, int, int, CPUSet | None]], cpu_node: dict[int, int], online: CPUSet
-) -> list[CPUInfo]:
-    # Without thread_siblings_list, the CPUs sharing (package, die, core_id)
-    # are the siblings.
-    groups: dict[tuple[int, int, int], set[int]] = {}
-    for cpu, (pkg, die, core, _) in raw.items():
-        groups.setdefault((pkg, die, core), set()).add(cpu)
-    return [
-        CPUInfo(
-            id=cpu,
-            package=pkg,
-            die=die,
-            core=core,
-            node=cpu_node[cpu],
-            siblings=(siblings & online) if siblings is not None else CPUSet(groups[(pkg, die, core)]),
-        )
-        for cpu, (pkg, die, core, siblings) in raw.items()
-    ]
+def _cores(rd: Reader, cdir: str, raw: dict[int, _Raw], online: CPUSet) -> dict[int, CPUSet]:
+    """Each online CPU's core: the connected sibling lists (union-find), so
+    that an asymmetric or partial list cannot split or double a core."""
+    parent = {cpu: cpu for cpu in online}
 
+    def find(cpu: int) -> int:
+        while parent[cpu] != cpu:
+            parent[cpu] = parent[parent[cpu]]
+            cpu = parent[cpu]
+        return cpu
 
-def _read_nodes(
-    node_dir: Path, online: CPUSet, cpu_dir: Path
-) -> tuple[list[NumaNode], dict[int, int]]:
-    entries = _numbered_dirs(node_dir, _NODE_DIR_RE) if node_dir.is_dir() else {}
-    if not entries:
-        only = NumaNode(0, online, 0, {0: DEFAULT_LOCAL_DISTANCE})
-        return [only], {cpu: 0 for cpu in online}
-
-    node_ids = list(entries)
-    nodes = []
-    cpu_node: dict[int, int] = {}
-    for nid, path in entries.items():
-        cpus = _read_cpulist(path / "cpulist", default=CPUSet()) & online
-        for cpu in cpus:
-            if cpu in cpu_node:
-                raise TopologyError(
-                    f"CPU {cpu} is listed by both node{cpu_node[cpu]} and node{nid} under {str(node_dir)!r}"
-                )
-            cpu_node[cpu] = nid
-        nodes.append(
-            NumaNode(
-                id=nid,
-                cpus=cpus,
-                memory_kb=_read_memtotal(path / "meminfo"),
-                distances=_read_distances(path / "distance", nid, node_ids),
-            )
-        )
-
-    orphans = [cpu for cpu in online if cpu not in cpu_node]
-    if orphans:
-        nodes = _adopt_orphans(nodes, orphans, cpu_node, cpu_dir)
-    return nodes, cpu_node
-
-
-def _adopt_orphans(
-    nodes: list[NumaNode], orphans: list[int], cpu_node: dict[int, int], cpu_dir: Path
-) -> list[NumaNode]:
-    # An online CPU missing from every cpulist: trust its cpuN/nodeM link,
-    # else put it in the lowest node, so every CPU has exactly one node.
-    by_id = {n.id: n for n in nodes}
-    extra: dict[int, set[int]] = {}
-    for cpu in orphans:
-        linked = [
-            int(m.group(1))
-            for name in _list_names(cpu_dir / f"cpu{cpu}")
-            if (m := _NODE_DIR_RE.fullmatch(name)) and int(m.group(1)) in by_id
-        ]
-        nid = min(linked) if linked else min(by_id)
-        cpu_node[cpu] = nid
-        extra.setdefault(nid, set()).add(cpu)
-    return [
-        NumaNode(n.id, n.cpus | CPUSet(extra[n.id]), n.memory_kb, n.distances) if n.id in extra else n
-        for n in nodes
-    ]
-
-
-def _read_distances(path: Path, nid: int, node_ids: list[int]) -> dict[int, int]:
-    text = _read_text(path, default=None)
-    if text is None:
-        return {
-            other: DEFAULT_LOCAL_DISTANCE if other == nid else DEFAULT_REMOTE_DISTANCE
-            for other in node_ids
-        }
-    fields = text.split()
-    # The kernel writes one column per *possible-and-online* node, in id order.
-    if len(fields) != len(node_ids):
-        raise TopologyError(
-            f"{str(path)!r}: {len(fields)} distances for {len(node_ids)} nodes: {text.strip()!r}"
-        )
-    try:
-        return {other: int(value) for other, value in zip(node_ids, fields, strict=False)}
-    except ValueError:
-        raise TopologyError(f"{str(path)!r}: bad distance list {text.strip()!r}") from None
-
-
-def _read_memtotal(path: Path) -> int:
-    text = _read_text(path, default="")
-    match = _MEMTOTAL_RE.search(text)
-    return int(match.group(1)) if match else 0
-
-
-def _read_cpulist(path: Path, default: D) -> CPUSet | D:
-    text = _read_text(path, default=None)
-    if text is None:
-        return default
-    try:
-        return CPUSet.parse(text)
-    except ValueError as err:
-        raise TopologyError(f"{str(path)!r}: {err}") from None
-
-
-def _read_int(path: Path, default: int) -> int:
-    text = _read_text(path, default=None)
-    if text is None:
-        return default
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise TopologyError(f"{str(path)!r}: expected an integer, got {text.strip()!r}") from None
-
-
-def _read_text(path: Path, default: D) -> str | D:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return default
-    except OSError as err:
-        raise TopologyError(f"cannot read {str(path)!r}: {err}") from err
-
-
-def _list_names(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
+    no_list: dict[tuple[int, int, int], list[int]] = {}
+    for cpu, (pkg, die, core, listed) in raw.items():
+        if listed is None:
+            # Without thread_siblings_list, CPUs sharing (package, die, core_id) are one core.
+            if core != UNKNOWN:
+                no_list.setdefault((pkg, die, core), []).append(cpu)
+            continue
+        if cpu not in listed:
+            rd.warn(f"{cdir}/cpu{cpu}/topology/thread_siblings_list", f"does not list CPU {cpu} itself")
+        for other in listed & online:
+            a, b = find(cpu), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    for group in no_list.values():
+        for other in group[1:]:
+            a, b = find(group[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    members: dict[int, list[int]] = {}
+    for cpu in online:
+        members.setdefault(find(cpu), []).append(cpu)
+    sets = {first: CPUSet(cpus) for first, cpus in members.items()}
+    result = {cpu: sets[find(cpu)] for cpu in online}
+    for cpu, (_, _, _, listed) in raw.items():
+        if listed is not None and listed & online != result[cpu]:
+            rd.warn(f"{cdir}/cpu{cpu}/topology/thread_siblings_list",
+                    f"lists {listed & online}, but the sibling lists join {result[cpu]} into one core")
+    return result

@@ -17,16 +17,28 @@ from cri_resmgr.topology.cpuset import CPUSet
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
 
-__all__ = ["CPUInfo", "NumaNode", "Topology", "TopologyError", "CoreKey", "Level", "LEVELS"]
+__all__ = [
+    "CPUInfo", "CacheInfo", "NumaNode", "Topology", "TopologyError", "CoreKey", "CoreKind", "MemoryKind",
+    "Level", "LEVELS", "UNKNOWN",
+]
 
 # The groupings an allocator can keep a request inside, widest first. Not a tree:
 # a NUMA node may span packages and a package may hold several nodes.
 Level = Literal["package", "die", "node", "l3", "cluster", "l2", "core"]
 LEVELS: tuple[Level, ...] = ("package", "die", "node", "l3", "cluster", "l2", "core")
 
-# A physical core: core_id is only unique within a (package, die), so the
-# triple is the identity.
+# What the kernel reported for a core. Not an identity: old kernels have no
+# die_id and repeat core_id across the dies of an AMD package. A core is the
+# set of its threads (thread_siblings_list), named by its lowest CPU id.
 CoreKey = tuple[int, int, int]
+
+# A package, die or core id the kernel did not give (no file, or -1 as on POWER).
+UNKNOWN = -1
+
+# Hybrid parts: Intel P/E cores (cpu_core/cpu_atom), ARM big.LITTLE (cpu_capacity).
+CoreKind = Literal["performance", "efficiency"]
+# DRAM (nodes with CPUs, or CPU-less DRAM), far memory (persistent memory, CXL), HBM.
+MemoryKind = Literal["dram", "pmem-cxl", "hbm"]
 
 # Group keys (package ids, (package, die) pairs, core keys) are sorted, so they must compare.
 G = TypeVar("G", bound="SupportsRichComparison")
@@ -46,9 +58,9 @@ class CPUInfo:
     """One online logical CPU (hardware thread)."""
 
     id: int
-    package: int
-    die: int
-    core: int  # core_id as the kernel reports it: unique within package/die only
+    package: int  # UNKNOWN (-1) when the kernel does not know it
+    die: int  # UNKNOWN (-1) on kernels without die_id
+    core: int  # core_id as the kernel reports it: not unique, see CoreKey
     node: int
     siblings: CPUSet  # online threads of the same physical core, this one included
     # Groups the kernel may or may not expose; None where it does not (never guessed).
@@ -56,10 +68,24 @@ class CPUInfo:
     cluster: int | None = None  # topology/cluster_cpus_list (ARM, Intel E-core modules)
     l2: int | None = None  # cache/index* of level 2, its shared_cpu_list
     l3: int | None = None  # cache/index* of level 3 (one per AMD CCX)
+    kind: CoreKind | None = None  # None: not a hybrid part, or the kernel does not say
+    capacity: int | None = None  # cpu_capacity (ARM), 1024 for the biggest cores
+    base_khz: int | None = None  # cpufreq base_frequency
+    max_khz: int | None = None  # cpufreq cpuinfo_max_freq
 
     @property
     def core_key(self) -> CoreKey:
         return (self.package, self.die, self.core)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One L2 or L3 cache: the online CPUs sharing it (its id is their lowest id)."""
+
+    level: int
+    id: int
+    cpus: CPUSet
+    size_kb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +97,10 @@ class NumaNode:
     memory_kb: int
     # node id -> distance as in node*/distance; includes the node itself.
     distances: Mapping[int, int] = field(default_factory=dict)
+    kind: MemoryKind | None = None  # None where neither HMAT nor the distances tell
+    # False for a node the CPUs link to but whose directory is missing (offline).
+    online: bool = True
+    memory_side_cache_kb: int | None = None  # node*/memory_side_cache: memory behind a cache
 
     @property
     def memory_only(self) -> bool:
@@ -96,6 +126,11 @@ class Topology:
         nodes: Iterable[NumaNode],
         offline: Iterable[int] = (),
         isolated: Iterable[int] = (),
+        *,
+        present: Iterable[int] | None = None,
+        nohz_full: Iterable[int] = (),
+        caches: Iterable[CacheInfo] = (),
+        warnings: Iterable[str] = (),
     ) -> None:
         by_id: dict[int, CPUInfo] = {}
         for info in cpus:
@@ -119,11 +154,16 @@ class Topology:
                 f"CPUs {self._online & self._offline} are both online and offline"
             )
         self._isolated = CPUSet(isolated) & self._online
+        self._nohz_full = CPUSet(nohz_full) & self._online
+        self._present = (CPUSet(present) if present is not None else CPUSet()) | self._online | self._offline
+        self._caches = tuple(sorted(caches, key=lambda c: (c.level, c.id)))
+        self._warnings = tuple(warnings)
 
         self._check_nodes()
         self._packages = _group(by_id.values(), lambda c: c.package)
         self._dies = _group(by_id.values(), lambda c: (c.package, c.die))
-        self._cores = _group(by_id.values(), lambda c: c.core_key)
+        # The threads of a core are its sibling set, whatever the core ids say.
+        self._cores = _group(by_id.values(), lambda c: c.siblings.min())
         self._node_cpus = {nid: n.cpus for nid, n in self._nodes.items()}
         self._levels: dict[Level, tuple[CPUSet, ...]] = {}
         self._check_siblings()
@@ -143,14 +183,21 @@ class Topology:
                 raise TopologyError(f"NUMA node {node.id} lists CPUs {stray} that are not online")
 
     def _check_siblings(self) -> None:
+        # Sibling sets must partition the CPUs, and the threads of one core
+        # must agree on where it is; core ids may repeat across cores.
         for info in self._cpus.values():
             if info.id not in info.siblings:
                 raise TopologyError(f"CPU {info.id} is missing from its own siblings {info.siblings}")
-            if info.siblings != self._cores[info.core_key]:
+            first = self._cpus.get(info.siblings.min())
+            if first is None or first.siblings != info.siblings:
                 raise TopologyError(
-                    f"CPU {info.id}: siblings {info.siblings} differ from the CPUs of core "
-                    f"package={info.package} die={info.die} core_id={info.core} "
-                    f"({self._cores[info.core_key]})"
+                    f"CPU {info.id}: siblings {info.siblings} differ from those of CPU {info.siblings.min()}"
+                )
+            if first.core_key != info.core_key:
+                raise TopologyError(
+                    f"CPU {info.id}: siblings {info.siblings} are one core, but it reports "
+                    f"package={info.package} die={info.die} core_id={info.core} and CPU {first.id} "
+                    f"package={first.package} die={first.die} core_id={first.core}"
                 )
 
     # -- CPU sets --------------------------------------------------------------
@@ -167,6 +214,26 @@ class Topology:
     def isolated(self) -> CPUSet:
         """Online CPUs the kernel keeps out of scheduling (isolcpus)."""
         return self._isolated
+
+    @property
+    def present(self) -> CPUSet:
+        """CPUs the machine has, online or not."""
+        return self._present
+
+    @property
+    def nohz_full(self) -> CPUSet:
+        """Online CPUs running without the scheduler tick (nohz_full=); not `isolated`."""
+        return self._nohz_full
+
+    @property
+    def caches(self) -> tuple[CacheInfo, ...]:
+        """The L2 and L3 caches the kernel described, by level then lowest CPU."""
+        return self._caches
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What discovery found odd and left out of the model, one line each."""
+        return self._warnings
 
     @property
     def cpus(self) -> Mapping[int, CPUInfo]:
@@ -206,22 +273,24 @@ class Topology:
         return _lookup(self._dies, (package, die), "die")
 
     def core_keys(self) -> tuple[CoreKey, ...]:
-        """All physical cores, ordered by their lowest CPU id."""
-        return tuple(sorted(self._cores, key=lambda k: self._cores[k].min()))
+        """What the kernel reported for each core, ordered like cores(); may repeat."""
+        return tuple(self._cpus[first].core_key for first in self._cores)
 
     def cores(self) -> tuple[CPUSet, ...]:
         """Each physical core's online threads, ordered by lowest CPU id."""
-        return tuple(self._cores[k] for k in self.core_keys())
+        return tuple(self._cores.values())
 
     def core_cpus(self, package: int, core: int, die: int | None = None) -> CPUSet:
         """Threads of core_id `core` in `package` (and `die` when dies repeat core ids)."""
-        if die is not None:
-            return _lookup(self._cores, (package, die, core), "core")
-        matches = [cpus for (p, _, c), cpus in self._cores.items() if p == package and c == core]
+        matches = [
+            cpus for first, cpus in self._cores.items()
+            if (info := self._cpus[first]).package == package and info.core == core
+            and (die is None or info.die == die)
+        ]
         if not matches:
-            raise KeyError(f"no core {core} in package {package}")
+            raise KeyError(f"no core {core} in package {package}" + (f" die {die}" if die is not None else ""))
         if len(matches) > 1:
-            raise KeyError(f"core_id {core} repeats across dies of package {package}; pass die=")
+            raise KeyError(f"core_id {core} repeats in package {package}; pass die=, or use cores()")
         return matches[0]
 
     # -- groups at every level ----------------------------------------------------
@@ -239,9 +308,14 @@ class Topology:
 
     def _make_groups(self, level: Level) -> tuple[CPUSet, ...]:
         found: Iterable[CPUSet]
+        # An unknown package or die id says nothing about grouping: no groups.
         if level == "package":
+            if UNKNOWN in self._packages:
+                return ()
             found = self._packages.values()
         elif level == "die":
+            if any(die == UNKNOWN for _, die in self._dies):
+                return ()
             found = self._dies.values()
         elif level == "node":
             found = [cpus for cpus in self._node_cpus.values() if cpus]
@@ -285,6 +359,11 @@ class Topology:
         """CPU nodes with at least one CPU in `package`."""
         cpus = self.package_cpus(package)
         return tuple(nid for nid, n in self._nodes.items() if not n.cpus.isdisjoint(cpus))
+
+    def node_package_ids(self, node: int) -> tuple[int, ...]:
+        """Packages with at least one CPU in `node` (several when a node spans packages)."""
+        cpus = self.node_cpus(node)
+        return tuple(pkg for pkg, pcpus in self._packages.items() if not pcpus.isdisjoint(cpus))
 
     def distance(self, a: int, b: int) -> int:
         return _lookup(self._nodes, a, "NUMA node").distance(b)

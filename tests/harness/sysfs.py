@@ -232,6 +232,8 @@ def fake_topology(
             cpus=CPUSet(p.cpu for p in shape.places if p.node == nid and p.cpu in online),
             memory_kb=memory_only_kb if nid in mem_only else mem_per_node_kb,
             distances={other: _distance(shape, nid, other, mem_only) for other in all_nodes},
+            # What discovery infers: CPU nodes are DRAM, CPU-less ones at 17 far memory.
+            kind="pmem-cxl" if nid in mem_only else "dram",
         )
         for nid in all_nodes
     ]
