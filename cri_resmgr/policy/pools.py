@@ -31,7 +31,7 @@ from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 
 __all__ = [
-    "Kind", "Member", "MemsOf", "Book", "PoolPolicy", "duplicate_keys", "option_bool", "check_options",
+    "Kind", "Member", "MemsOf", "memory_nodes", "Book", "PoolPolicy", "duplicate_keys", "option_bool", "check_options",
     "POOL_SHARED", "POOL_RESERVED", "POOL_EXCLUSIVE", "POOL_ISOLATED",
 ]
 
@@ -60,13 +60,38 @@ class Member:
     resources: Resources | None = None
 
 
+def memory_nodes(topology: Topology) -> dict[int, frozenset[int]]:
+    """For each node with CPUs, the nodes its CPUs' memory comes from: itself, or, when
+    it has no memory or is offline (CPU-only nodes on some POWER and ARM machines), the
+    nearest online nodes that have memory, as the kernel would allocate. The kernel
+    refuses a cpuset.mems naming a node without memory. Where no node reports its
+    memory (no meminfo files), every node is taken to have some."""
+    nodes = topology.nodes
+    has_memory = [n for n in nodes.values() if n.online and n.memory_kb > 0]
+    if not has_memory:
+        return {nid: frozenset({nid}) for nid, n in nodes.items() if n.cpus}
+    # Ordinary DRAM (nodes with CPUs) before memory-only tiers (PMEM, CXL, HBM).
+    fallback = [n for n in has_memory if n.cpus] or has_memory
+    out: dict[int, frozenset[int]] = {}
+    for nid, node in nodes.items():
+        if not node.cpus:
+            continue
+        if node in has_memory:
+            out[nid] = frozenset({nid})
+            continue
+        nearest = min(node.distance(m.id) for m in fallback)
+        out[nid] = frozenset(m.id for m in fallback if node.distance(m.id) == nearest)
+    return out
+
+
 class MemsOf:
     """cpuset_mems for a cpuset: the NUMA nodes of its CPUs, kernel list syntax."""
 
     _LIMIT = 4096  # distinct cpusets remembered; bounded so churn cannot grow it
 
     def __init__(self, topology: Topology) -> None:
-        self._node_of = {cpu: info.node for cpu, info in topology.cpus.items()}
+        memory_of = memory_nodes(topology)
+        self._mems_of = {cpu: memory_of[info.node] for cpu, info in topology.cpus.items()}
         self._by_cpus: dict[frozenset[int], frozenset[int]] = {}
         self._text: dict[frozenset[int], str] = {}
 
@@ -74,8 +99,8 @@ class MemsOf:
         key = cpus.as_frozenset()
         nodes = self._by_cpus.get(key)
         if nodes is None:
-            node_of = self._node_of
-            nodes = frozenset(node_of[c] for c in key)
+            mems_of = self._mems_of
+            nodes = frozenset().union(*(mems_of[c] for c in key))
             if len(self._by_cpus) >= self._LIMIT:
                 self._by_cpus.clear()
             self._by_cpus[key] = nodes

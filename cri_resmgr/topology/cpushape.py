@@ -46,7 +46,8 @@ class Shape:
             # A core's threads share every group above the core; its lowest thread decides.
             self.group_of[level] = tuple(of_cpu[core[0]] for core in self.cores)
             self.group_size[level] = tuple(len(g) for g in groups)
-        packages = self.group_of["package"]
+        # An unknown package (id -1 on POWER) splits nothing: the machine is one package.
+        packages = self.group_of.get("package", (0,) * len(self.cores))
         # Which packages a group touches: multi-group requests prefer to stay in few packages.
         self.group_packages: dict[Level, tuple[frozenset[int], ...]] = {}
         for level, of_core in self.group_of.items():
