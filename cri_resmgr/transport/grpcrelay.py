@@ -111,6 +111,7 @@ class GrpcRelay:
         self._call_ids = itertools.count(1)
         self._failures = FailureLog(log)
         self._server: grpc.aio.Server | None = None
+        self._watchers: list[asyncio.Future[None]] = []  # Upstream.watch, one per runtime socket
 
     # -- configuration -------------------------------------------------------
 
@@ -138,10 +139,15 @@ class GrpcRelay:
             os.umask(old)
         sockets.secure(self.socket_path, like=self._socket_like)
         self._server = server
+        upstreams = {id(u): u for u in (self.runtime, self.image) if u is not None}
+        self._watchers = [asyncio.ensure_future(u.watch()) for u in upstreams.values()]
         log.info("relay serving on %s", self.socket_path)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, give in-flight calls `grace` seconds, remove the socket."""
+        for watcher in self._watchers:
+            watcher.cancel()
+        self._watchers = []
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None

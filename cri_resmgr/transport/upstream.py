@@ -101,6 +101,22 @@ class Upstream:
                 last_log = now
             await asyncio.sleep(0.2)
 
+    async def watch(self) -> None:
+        """Logs the runtime going away and coming back, once per transition, however many
+        calls fail meanwhile (the frame transport's counterpart: FrameRelay.runtime_lost).
+        The relay serves only once the runtime answered, so it starts up."""
+        up = True
+        state = self.channel.get_state()
+        while True:
+            await self.channel.wait_for_state_change(state)
+            state = self.channel.get_state()
+            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and up:
+                up = False
+                log.warning("runtime at %s lost: callers get UNAVAILABLE until it returns", self.path)
+            elif state == grpc.ChannelConnectivity.READY and not up:
+                up = True
+                log.info("runtime at %s is back", self.path)
+
     def _socket_exists(self) -> bool:
         return os.path.exists(self.path)
 

@@ -261,3 +261,35 @@ def test_runtime_down_is_unavailable_then_recovers(tmp_path, transport):
                 time.sleep(0.1)
     finally:
         s.close()
+
+
+def test_runtime_restart_is_logged_once_lost_and_once_back(setup, caplog):
+    """However many calls fail while the runtime is away, the log says it once each way."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="cri_resmgr.transport")
+
+    def calls_ok(n: int = 4) -> bool:
+        ok = True
+        for _ in range(n):
+            try:
+                setup.call(V1 + "Version", b"", timeout=5)
+            except grpc.RpcError:
+                ok = False
+        return ok
+
+    assert calls_ok()
+    setup.loop.run(setup.fake.stop())
+    for _ in range(3):
+        assert not calls_ok()
+        time.sleep(0.3)  # the channel's reconnect attempts fail too
+    setup.fake = FakeRuntime(setup.runtime_sock)
+    setup.loop.run(setup.fake.start())
+    deadline = time.monotonic() + 20
+    while not calls_ok():
+        assert time.monotonic() < deadline, "calls never got through to the restarted runtime"
+        time.sleep(0.2)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("cri_resmgr.transport")
+             and r.levelno >= logging.INFO and "runtime at" in r.getMessage()]
+    assert len([m for m in lines if " lost" in m]) == 1, lines
+    assert len([m for m in lines if m.endswith("is back")]) == 1, lines
