@@ -10,7 +10,8 @@ from collections.abc import Callable
 import grpc
 import yaml
 
-from cri_resmgr import __version__, health, metrics, sdnotify
+from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify
+from cri_resmgr.agent_client import AgentClient
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
@@ -44,7 +45,7 @@ def validate(settings: Settings) -> None:
                          f"{settings.image_socket} differs from the runtime socket {settings.runtime_socket}; "
                          "use -relay-transport grpc (or auto)")
     for name, path in (("runtime", settings.runtime_socket), ("image", settings.image_socket),
-                       ("config", settings.config_socket)):
+                       ("config", settings.config_socket), ("agent", settings.agent_socket)):
         if path != DISABLED and sockets.strip_scheme(path) == relay:
             raise ValueError(f"the {name} socket and the relay socket are the same path: {relay}")
 
@@ -62,8 +63,10 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
         # the runtime service disabled it is given the primary one only to fill the slot.
         return GrpcRelay(settings.relay_socket, runtime or primary, image, methods, interceptors={},
                          socket_like=primary.path, runtime_enabled=runtime is not None)
+    # Calls are timed only when metrics are served (-metrics-address): `make bench` shows the cost.
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
-                      runtime_enabled=runtime is not None, image_enabled=image is not None)
+                      runtime_enabled=runtime is not None, image_enabled=image is not None,
+                      timed=bool(settings.metrics_address))
 
 
 class _ConfigApplier:
@@ -185,13 +188,18 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     http = None
     if settings.metrics_address:
         try:
-            http = health.serve(settings.metrics_address, metrics.registry(controller),
+            http = health.serve(settings.metrics_address, metrics.registry(controller, relay),
                                 health.on_loop(controller, loop))
         except OSError as e:
             log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
     reconciling = None
     if settings.reconcile_period > 0:  # a no-op while the none policy is in force
         reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
+    exporting = None
+    if settings.agent_socket != DISABLED and settings.agent_export_interval > 0:
+        client = AgentClient(sockets.strip_scheme(settings.agent_socket))
+        exporting = asyncio.ensure_future(nodeexport.NodeExport(
+            client, lambda: controller.policy_name, controller.usage, settings.agent_export_interval).run())
     log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
              f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")
     # Type=notify: systemd starts kubelet (Before=kubelet.service) only now that the relay serves.
@@ -199,8 +207,9 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     await stop.wait()
     sdnotify.notify("STOPPING=1")
     log.info("shutting down")
-    if reconciling is not None:
-        reconciling.cancel()
+    for task in (reconciling, exporting):
+        if task is not None:
+            task.cancel()
     if http is not None:
         await asyncio.to_thread(http.shutdown)
     await relay.stop(STOP_GRACE_SECONDS)

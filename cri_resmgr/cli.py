@@ -11,6 +11,8 @@ from cri_resmgr import __version__, app, flags, health, logsetup, printconfig
 from cri_resmgr.config import Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.settings import (
+    DEFAULT_AGENT_EXPORT_INTERVAL,
+    DEFAULT_AGENT_SOCKET,
     DEFAULT_CONFIG_SOCKET,
     DEFAULT_RECONCILE_PERIOD,
     DEFAULT_RELAY_SOCKET,
@@ -46,6 +48,11 @@ DUMP_MAX_SIZE = flags.option("dump-max-size", "BYTES", "Cap the dump file: past 
 DUMP_UNREDACTED = flags.switch("dump-unredacted", "Do not mask secret-looking environment variables in dumps.")
 CONFIG_SOCKET = flags.text("config-socket", "PATH", "Socket for the node agent's configuration pushes; '-' "
                            "disables it.", DEFAULT_CONFIG_SOCKET)
+AGENT_SOCKET = flags.text("agent-socket", "PATH", "The node agent's Agent service, used to publish this "
+                          "node's free exclusive CPUs and pools on its Node; '-' disables it.", DEFAULT_AGENT_SOCKET)
+AGENT_EXPORT_INTERVAL = flags.option("agent-export-interval", "SECONDS", "Publish changes on the Node at most "
+                                     "this often; 0 disables publishing.", DEFAULT_AGENT_EXPORT_INTERVAL,
+                                     flags.number(low=0))
 STATE_DIR = flags.text("state-dir", "DIR", "Where allocations and the last agent configuration are kept "
                        "across restarts.", DEFAULT_STATE_DIR)
 HOST_ROOT = flags.text("host-root", "DIR", "Root under which sysfs is read for the hardware topology.", "/")
@@ -80,7 +87,8 @@ COMMAND = flags.Command(
     "CRI relay and node resource manager. Sits between kubelet and the container runtime, relays every CRI "
     "call and applies the active resource policy to the calls it intercepts.",
     (POLICY, LIST_POLICIES, RELAY_SOCKET, RUNTIME_SOCKET, IMAGE_SOCKET, RELAY_TRANSPORT, DUMP, DUMP_FILE,
-     DUMP_FORMAT, DUMP_MAX_SIZE, DUMP_UNREDACTED, CONFIG_SOCKET, STATE_DIR, HOST_ROOT, FORCE_CONFIG,
+     DUMP_FORMAT, DUMP_MAX_SIZE, DUMP_UNREDACTED, CONFIG_SOCKET, AGENT_SOCKET, AGENT_EXPORT_INTERVAL, STATE_DIR,
+     HOST_ROOT, FORCE_CONFIG,
      FALLBACK_CONFIG, PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, PROBE,
      RECONCILE_PERIOD, CONFIG, LOGGER_DEBUG),
     version=__version__,
@@ -160,6 +168,8 @@ def _settings(values: flags.Values, registry: Registry) -> Settings:
         runtime_socket=values[RUNTIME_SOCKET],
         image_socket=image_socket if image_socket is not None else values[RUNTIME_SOCKET],
         config_socket=values[CONFIG_SOCKET],
+        agent_socket=values[AGENT_SOCKET],
+        agent_export_interval=values[AGENT_EXPORT_INTERVAL],
         relay_transport=values[RELAY_TRANSPORT],
         runtime_wait_timeout=values[RUNTIME_WAIT_TIMEOUT],
         metrics_address=values[METRICS_ADDRESS],

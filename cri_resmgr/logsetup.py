@@ -24,7 +24,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "enforce": ("cri_resmgr.engine.enforce",),
     "policy": ("cri_resmgr.policy",),
     "config": ("cri_resmgr.config", "cri_resmgr.agent_client"),
-    "agent": ("cri_resmgr.agent_client",),
+    "agent": ("cri_resmgr.agent_client", "cri_resmgr.nodeexport"),
     "dump": ("cri_resmgr.dump",),
     "topology": ("cri_resmgr.topology",),
     "sysfs": ("cri_resmgr.topology",),

@@ -1,35 +1,77 @@
-"""Prometheus metrics, read from the controller at scrape time.
+"""Prometheus metrics, read from the engine and the transport at scrape time.
 
-Nothing is counted on the relay's hot path for this: the collector reads the
-engine's own counters when Prometheus asks. Uses a registry of its own, not
-prometheus_client's global one.
+Nothing calls prometheus_client on the relay's hot path: the transport and the
+engine count in plain integers (`cri_resmgr.buckets`) and hand out snapshots,
+which this collector turns into metric families when Prometheus asks. Uses a
+registry of its own, not prometheus_client's global one. The families and their
+labels are listed in docs/metrics.md.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from cri_resmgr import __version__
+from cri_resmgr.buckets import BOUNDS_NS, HistogramSnapshot
 from cri_resmgr.engine.controller import EngineStats
+from cri_resmgr.engine.usage import NodeUsage
+from cri_resmgr.transport.contract import TransportStats
+
+# Series of cri_resmgr_container_exclusive_cpus: the containers with the most
+# exclusive CPUs; the rest are counted in cri_resmgr_container_exclusive_cpus_unlisted.
+MAX_CONTAINER_SERIES = 100
+
+_LE = [f"{b / 1e9:g}" for b in BOUNDS_NS] + ["+Inf"]
 
 
 class StatsSource(Protocol):
     """The engine as metrics see it (`engine.controller.Controller` is one)."""
 
     def stats(self) -> EngineStats: ...
+    def usage(self) -> NodeUsage | None: ...
+
+
+class TransportSource(Protocol):
+    def stats(self) -> TransportStats: ...
+
+
+def _buckets(h: HistogramSnapshot) -> list[tuple[str, float]]:
+    out, total = [], 0
+    for le, n in zip(_LE, h.counts, strict=True):
+        total += n
+        out.append((le, float(total)))
+    return out
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
 
 
 class EngineCollector(Collector):
-    def __init__(self, engine: StatsSource) -> None:
+    def __init__(self, engine: StatsSource, transport: TransportSource | None = None) -> None:
         self._engine = engine
+        self._transport = transport
 
     def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("cri_resmgr_build_info", "The running build (1)", labels=["version", "python"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
         s = self._engine.stats()
+        yield from self._engine_families(s)
+        if self._transport is not None:
+            yield from self._transport_families(self._transport.stats())
+        usage = self._engine.usage()
+        if usage is not None:
+            yield from self._usage_families(usage)
+
+    def _engine_families(self, s: EngineStats) -> Iterator[Metric]:
         active = GaugeMetricFamily("cri_resmgr_policy_active", "The active policy (1)", labels=["policy"])
         active.add_metric([s.policy], 1)
         yield active
@@ -37,6 +79,11 @@ class EngineCollector(Collector):
         yield CounterMetricFamily("cri_resmgr_policy_errors",
                                   "Requests on which the policy failed (forwarded unchanged when fail-open)",
                                   value=s.policy_errors)
+        if s.decision_latency is not None:
+            h = HistogramMetricFamily("cri_resmgr_policy_decision_duration_seconds",
+                                      "Time the policy took to place a new container (since the last policy switch)")
+            h.add_metric([], _buckets(s.decision_latency), s.decision_latency.sum_ns / 1e9)
+            yield h
         yield CounterMetricFamily("cri_resmgr_released_on_exit", "Containers released when seen exited",
                                   value=s.released_on_exit)
         yield CounterMetricFamily("cri_resmgr_exclusive_cpus_denied",
@@ -46,16 +93,85 @@ class EngineCollector(Collector):
                                   value=s.updates_sent)
         yield CounterMetricFamily("cri_resmgr_updates_failed", "Unsolicited updates given up after retries",
                                   value=s.updates_failed)
-        containers = GaugeMetricFamily("cri_resmgr_containers", "Containers tracked by the cache")
-        containers.add_metric([], s.containers)
-        yield containers
+        yield _gauge("cri_resmgr_containers", "Containers tracked by the cache", s.containers)
         if s.dump_dropped is not None:
             yield CounterMetricFamily("cri_resmgr_dump_dropped", "Dump messages dropped (queue full)",
                                       value=s.dump_dropped)
+        r = s.reconcile
+        yield CounterMetricFamily("cri_resmgr_reconcile_runs", "Periodic reconciles with the runtime", value=r.runs)
+        yield CounterMetricFamily("cri_resmgr_reconcile_failures", "Reconciles that failed (runtime away)",
+                                  value=r.failed)
+        fixed = CounterMetricFamily("cri_resmgr_reconcile_fixed_containers",
+                                    "What reconciles fixed: containers removed behind the relay's back and "
+                                    "released (gone), running ones it did not know and placed (adopted)",
+                                    labels=["action"])
+        fixed.add_metric(["gone"], r.gone)
+        fixed.add_metric(["adopted"], r.adopted)
+        yield fixed
+
+    def _transport_families(self, t: TransportStats) -> Iterator[Metric]:
+        if t.runtime_up is not None:
+            yield _gauge("cri_resmgr_runtime_up", "Whether the relay's last runtime connection attempt worked (1) "
+                         "or not (0)", 1 if t.runtime_up else 0)
+        if not t.calls:
+            return
+        latency = HistogramMetricFamily("cri_resmgr_relay_call_duration_seconds",
+                                        "CRI calls through the relay, from the request's headers to the call's end",
+                                        labels=["method", "handling"])
+        errors = CounterMetricFamily("cri_resmgr_runtime_errors",
+                                     "CRI calls the runtime answered with a non-OK gRPC status",
+                                     labels=["method", "code"])
+        for c in sorted(t.calls, key=lambda c: (c.method, c.intercepted)):
+            latency.add_metric([c.method, "intercepted" if c.intercepted else "passthrough"],
+                               _buckets(c.latency), c.latency.sum_ns / 1e9)
+        merged: dict[tuple[str, str], int] = {}
+        for c in t.calls:
+            for code, n in c.errors.items():
+                merged[(c.method, code)] = merged.get((c.method, code), 0) + n
+        for (method, code), n in sorted(merged.items()):
+            errors.add_metric([method, code], n)
+        yield latency
+        yield errors
+
+    def _usage_families(self, u: NodeUsage) -> Iterator[Metric]:
+        cpus = GaugeMetricFamily("cri_resmgr_pool_cpus", "CPUs of a pool (its capacity)", labels=["pool"])
+        excl = GaugeMetricFamily("cri_resmgr_pool_exclusive_cpus", "CPUs of a pool given to containers exclusively",
+                                 labels=["pool"])
+        shared = GaugeMetricFamily("cri_resmgr_pool_shared_cpus",
+                                   "CPUs of a pool its shared containers run on now", labels=["pool"])
+        for p in u.pools:
+            cpus.add_metric([p.name], len(p.cpus))
+            excl.add_metric([p.name], len(p.exclusive))
+            shared.add_metric([p.name], len(p.shared))
+        yield from (cpus, excl, shared)
+        members = GaugeMetricFamily("cri_resmgr_pool_containers",
+                                    "Containers placed, by the pool named in their assignment", labels=["pool"])
+        for name, n in sorted(u.members.items()):
+            members.add_metric([name], n)
+        yield members
+        free = GaugeMetricFamily("cri_resmgr_exclusive_free_cpus",
+                                 "CPUs that a container could still get exclusively, per NUMA node",
+                                 labels=["numa_node"])
+        for node, s in sorted(u.exclusive_free.items()):
+            free.add_metric([str(node)], len(s))
+        yield free
+        per = GaugeMetricFamily("cri_resmgr_container_exclusive_cpus",
+                                f"Exclusive CPUs of a container (the {MAX_CONTAINER_SERIES} with the most)",
+                                labels=["namespace", "pod", "container"])
+        for c in u.containers[:MAX_CONTAINER_SERIES]:
+            per.add_metric([c.namespace, c.pod, c.container], c.exclusive)
+        yield per
+        yield _gauge("cri_resmgr_container_exclusive_cpus_unlisted",
+                     "Containers with exclusive CPUs left out of cri_resmgr_container_exclusive_cpus",
+                     max(0, len(u.containers) - MAX_CONTAINER_SERIES))
 
 
-def registry(engine: StatsSource) -> CollectorRegistry:
-    """A registry of our own holding the engine's collector (health.py serves it)."""
+def registry(engine: StatsSource, transport: TransportSource | None = None) -> CollectorRegistry:
+    """A registry of our own: the engine's and transport's collector, and the
+    process, platform and garbage-collector metrics (health.py serves it)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(EngineCollector(engine))
+    reg.register(EngineCollector(engine, transport))
+    ProcessCollector(registry=reg)
+    PlatformCollector(registry=reg)
+    GCCollector(registry=reg)
     return reg

@@ -19,6 +19,8 @@ DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
 DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
 DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
 DEFAULT_STATE_DIR = "/var/lib/cri-resmgr"
+DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
+DEFAULT_AGENT_EXPORT_INTERVAL = 10.0  # seconds between patches of the Node, at most
 
 DISABLED = "-"  # a socket setting that turns its service off
 DEFAULT_RECONCILE_PERIOD = 30.0  # seconds between reconciles with the runtime
@@ -38,6 +40,10 @@ class Settings:
     runtime_wait_timeout: float | None = None  # None: wait forever
     metrics_address: str = ""  # HOST:PORT; empty: no metrics (nor /healthz, /readyz)
     reconcile_period: float = DEFAULT_RECONCILE_PERIOD  # 0: never reconcile after start-up
+    # The node agent's Agent service, used to publish the node's CPUs on its Node (DISABLED: not used),
+    # at most once per agent_export_interval seconds (0: not published).
+    agent_socket: str = DEFAULT_AGENT_SOCKET
+    agent_export_interval: float = DEFAULT_AGENT_EXPORT_INTERVAL
     # Dumping, until a configuration's dump module replaces it.
     dump: tuple[str, ...] = ()
     dump_file: str | None = None

@@ -14,15 +14,17 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
+from cri_resmgr.engine.usage import NodeUsage, node_usage
 from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
@@ -61,6 +63,14 @@ class DumperFactory(Protocol):
 
 
 @dataclass(frozen=True)
+class ReconcileStats:
+    runs: int = 0
+    failed: int = 0
+    gone: int = 0  # containers removed behind the relay's back, released
+    adopted: int = 0  # running containers the relay did not know, placed
+
+
+@dataclass(frozen=True)
 class EngineStats:
     """A snapshot of the engine's counters, for metrics."""
 
@@ -73,6 +83,10 @@ class EngineStats:
     updates_failed: int
     containers: int  # tracked by the cache
     dump_dropped: int | None  # None: no dumper
+    decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
+    reconcile: ReconcileStats = ReconcileStats()
+
+
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,7 @@ class Controller:
         # so a successor never changes allocations while its predecessor does.
         self._alloc_lock = asyncio.Lock()
         self._policy_key: _PolicyKey | None = None
+        self._reconciled = ReconcileStats()
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -139,7 +154,16 @@ class Controller:
         return EngineStats(policy=self._policy_name, decisions=m.decisions, policy_errors=m.policy_errors,
                            released_on_exit=m.released_on_exit, exclusive_denied=m.exclusive_denied,
                            updates_sent=u.sent, updates_failed=u.failed,
-                           containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None)
+                           containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
+                           decision_latency=m.decision_latency, reconcile=self._reconciled)
+
+    def usage(self) -> NodeUsage | None:
+        """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
+        container (engine/usage.py); None under the none policy. Safe from another thread."""
+        resmgr = self._resmgr
+        if resmgr is None or self._topology is None:
+            return None
+        return node_usage(self._policy_name, resmgr.policy, self._topology, resmgr.cache)
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""
@@ -184,7 +208,15 @@ class Controller:
         resmgr = self._resmgr
         if resmgr is None:
             return {"gone": 0, "adopted": 0}
-        return await resmgr.reconcile(self._runtime)
+        r = self._reconciled
+        try:
+            counts = await resmgr.reconcile(self._runtime)
+        except Exception:  # counted, and raised for the caller to log
+            self._reconciled = replace(r, runs=r.runs + 1, failed=r.failed + 1)
+            raise
+        self._reconciled = replace(r, runs=r.runs + 1, gone=r.gone + counts["gone"],
+                                   adopted=r.adopted + counts["adopted"])
+        return counts
 
     # -- sources ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -19,6 +20,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.engine import adopt, classify, describe, messages
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
@@ -55,6 +57,7 @@ class ManagerStats:
     released_on_exit: int = 0
     exclusive_denied: int = 0  # asked for exclusive CPUs, placed without them
     containers: int = 0  # tracked by the cache
+    decision_latency: HistogramSnapshot | None = None  # policy.allocate, wall time
 
 
 @dataclass
@@ -80,6 +83,7 @@ class ResourceManager:
         self._lock = lock
         self._options = options or Options()
         self._counts = _Counts()
+        self._decision_latency = Histogram()  # plain integers: read at scrape time
         self._note = note
         self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
         self._dirty = False
@@ -108,7 +112,8 @@ class ResourceManager:
         c = self._counts
         return ManagerStats(decisions=c.decisions, policy_errors=c.policy_errors,
                             released_on_exit=c.released_on_exit, exclusive_denied=c.exclusive_denied,
-                            containers=len(self._cache.containers))
+                            containers=len(self._cache.containers),
+                            decision_latency=self._decision_latency.snapshot())
 
     # -- the interception table ---------------------------------------------------
 
@@ -182,7 +187,9 @@ class ResourceManager:
                 changed |= self._release(old)
                 self._cache.remove_container(key)
             try:
+                t0 = time.perf_counter_ns()
                 decision = self._policy.allocate(w)
+                self._decision_latency.observe_ns(time.perf_counter_ns() - t0)
                 self._counts.decisions += 1
             except Exception as e:
                 self._sync(changed)

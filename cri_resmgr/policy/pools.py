@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 
@@ -351,6 +352,30 @@ class PoolPolicy:
     def assignment(self, key: str) -> Assignment | None:
         member = self._book.members.get(key)
         return None if member is None else Assignment(pool=member.pool, exclusive=member.exclusive)
+
+    def _exclusive_capable(self) -> CPUSet:  # pragma: no cover - abstract
+        """The CPUs exclusive allocations may come from, in use or not."""
+        raise NotImplementedError
+
+    def _extra_pools(self, used: CPUSet) -> tuple[PoolUsage, ...]:
+        return ()
+
+    def usage(self) -> PolicyUsage:
+        """The pools and who holds what, for metrics and the node export (see usage.py)."""
+        book = self._book
+        used, shared = book.used, book.shared
+        members = list(book.members.items())
+        pools = (PoolUsage("shared", self._base_shared, used & self._base_shared, shared),
+                 *((PoolUsage("reserved", self._reserved, CPUSet(), self._reserved),) if self._reserved else ()),
+                 *self._extra_pools(used))
+        counts: dict[str, int] = {}
+        for _, m in members:
+            counts[m.pool] = counts.get(m.pool, 0) + 1
+        # The shared pool's last CPU is never given away (shared containers need one).
+        free = self._exclusive_capable() - used
+        if len(shared & free) == len(shared) and shared:
+            free = free - CPUSet([min(shared)])
+        return PolicyUsage(pools, free, {k: m.exclusive for k, m in members if m.exclusive}, counts)
 
     # Introspection for tests, benchmarks and diagnostics.
     @property

@@ -33,6 +33,7 @@ from cri_resmgr.policy.pools import (
     option_bool,
 )
 from cri_resmgr.topology.cpuallocator import CPUAllocator
+from cri_resmgr.topology.cpuset import CPUSet
 
 __all__ = ["StaticPolicy", "NAME", "DESCRIPTION", "OPTIONS", "exclusive_cpus_wanted"]
 
@@ -73,6 +74,9 @@ class StaticPolicy(PoolPolicy):
             )
         self._allocator = CPUAllocator(context.topology)
         self._book = Book(context.topology, self._base_shared, reserved)
+
+    def _exclusive_capable(self) -> CPUSet:
+        return self._assignable
 
     @property
     def strict(self) -> bool:

@@ -36,6 +36,7 @@ from cri_resmgr.policy.pools import (
     check_options,
     checked_cpus,
 )
+from cri_resmgr.policy.usage import PoolUsage
 from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -67,6 +68,12 @@ class StaticPlusPolicy(PoolPolicy):
     @property
     def isolated(self) -> CPUSet:
         return self._isolated
+
+    def _exclusive_capable(self) -> CPUSet:
+        return self._isolated | self._base_shared
+
+    def _extra_pools(self, used: CPUSet) -> tuple[PoolUsage, ...]:
+        return (PoolUsage("isolated", self._isolated, used & self._isolated, CPUSet()),) if self._isolated else ()
 
     def _wanted(self, workload: Workload) -> tuple[str, int, bool]:
         """(pool without exclusive CPUs, exclusive CPUs wanted, also runs shared)."""

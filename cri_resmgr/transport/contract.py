@@ -24,6 +24,7 @@ from typing import Final, Literal, Protocol
 import grpc
 from google.protobuf.message import Message
 
+from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.errors import CriResmgrError
 
 # Sends a (possibly rewritten) request to the runtime on the caller's path,
@@ -73,6 +74,24 @@ UNCHANGED: Final = Unchanged.UNCHANGED
 Keep = Literal[Unchanged.UNCHANGED]
 
 
+@dataclass(frozen=True)
+class MethodCalls:
+    """One method's relayed calls, for metrics (see `callstats.py`)."""
+
+    method: str  # short method name, "unknown" for a path outside the method table
+    intercepted: bool
+    latency: HistogramSnapshot  # from the request's headers to the call's end, as the relay saw them
+    errors: Mapping[str, int]  # the runtime's non-OK gRPC status name -> calls
+
+
+@dataclass(frozen=True)
+class TransportStats:
+    """What a transport counts, as a snapshot for metrics at scrape time."""
+
+    runtime_up: bool | None  # as its runtime connections last found it; None: not tracked
+    calls: tuple[MethodCalls, ...] = ()  # empty unless the transport was built to time calls
+
+
 class Transport(Protocol):
     """What the front end and the engine's controller need from a transport.
 
@@ -92,3 +111,6 @@ class Transport(Protocol):
                     dumper: DumpSink | None | Keep = UNCHANGED) -> None:
         """Switches the interception table and/or the dumper for calls that start
         from now on; an argument left UNCHANGED keeps what is in force."""
+
+    def stats(self) -> TransportStats:
+        """A snapshot of the transport's counters; safe from another thread."""

@@ -29,6 +29,7 @@ from cri_resmgr.transport.contract import (
     Interceptor,
     Keep,
     Request,
+    TransportStats,
 )
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
 from cri_resmgr.transport.refusals import FailureLog, decode_request
@@ -123,6 +124,10 @@ class GrpcRelay:
         if dumper is not UNCHANGED:
             self._dumper = dumper
         self._handlers = {}  # handlers bind the table and dumper they were built with
+
+    def stats(self) -> TransportStats:
+        """Not tracked here: per-call metrics are the frame transport's (docs/metrics.md)."""
+        return TransportStats(runtime_up=None)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -26,9 +26,11 @@ import gc
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -61,6 +63,8 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "ListContainers throughput at 32 callers, relay/direct": ("throughput.ListContainers.32.ratio", 0.5, "min"),
     "ContainerStatus throughput at 32 callers, relay/direct": ("throughput.ContainerStatus.32.ratio", 0.5, "min"),
     "relay peak RSS, VmHWM (MiB)": ("memory.passthrough.VmHWM_mib", 64.0, "max"),
+    # Per-call metrics (timing, status codes) must cost next to nothing (issue 15).
+    "Version p50, metrics on - off (us)": ("latency.Version.metrics_added_p50_us", 50.0, "max"),
 }
 
 
@@ -287,6 +291,30 @@ def _start_relay(stack: ExitStack, workdir: Path, runtime_socket: str, args: Seq
     return relay.start()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _scrape_while(port: int, stack: ExitStack, period: float = 1.0) -> None:
+    """Scrapes /metrics every `period` s (Prometheus' default is 60 s: this is the harsher
+    case) until the stack closes, so the metered relay pays for its scrapes too."""
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(period):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            except OSError:
+                pass  # shutting down
+
+    t = threading.Thread(target=scrape, daemon=True)
+    t.start()
+    stack.callback(t.join, 10)
+    stack.callback(stop.set)
+
+
 def _channel(address: str, stack: ExitStack) -> grpc.Channel:
     ch = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
     stack.callback(ch.close)
@@ -317,6 +345,12 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
         workdir = _short_dir("crirm-br-", stack)
         relay = _start_relay(stack, workdir, str(containerd.socket),
                              ["-policy", "null", "-relay-transport", transport], "null")
+        # The same relay with metrics served: calls timed, /metrics scraped during the run.
+        port = _free_port()
+        metered = _start_relay(stack, workdir, str(containerd.socket),
+                               ["-policy", "null", "-relay-transport", transport,
+                                "-metrics-address", f"127.0.0.1:{port}"], "metered")
+        _scrape_while(port, stack)
         kube_root = f"{cgroup_root}/kubepods"
         direct_k = Kubelet(containerd.address, cgroup_root=kube_root)
         stack.callback(direct_k.close)
@@ -326,9 +360,10 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
         _progress(log, f"containerd up, {containers} containers created in {time.monotonic() - t0:.1f}s")
 
         ctd_pid = containerd.pid
-        assert ctd_pid is not None and relay.proc is not None
+        assert ctd_pid is not None and relay.proc is not None and metered.proc is not None
         targets = [Target("direct", _channel(containerd.address, stack), ctd_pid),
                    Target("relay", _channel(relay.address, stack), relay.proc.pid)]
+        metered_target = Target("metrics", _channel(metered.address, stack), metered.proc.pid)
         requests = {
             "Version": pb.VersionRequest(version="0.1.0").SerializeToString(),
             "ListContainers": pb.ListContainersRequest().SerializeToString(),
@@ -341,14 +376,17 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
 
         latency: dict[str, Any] = {}
         for method in METHODS:
-            m = measure_latency(targets, method, requests[method], rounds=rounds, block=block, warmup=warmup)
+            m = measure_latency([*targets, metered_target], method, requests[method], rounds=rounds, block=block,
+                                warmup=warmup)
             m["added_p50_us"] = round(m["relay"]["p50_us"] - m["direct"]["p50_us"], 1)
+            m["metrics_added_p50_us"] = round(m["metrics"]["p50_us"] - m["relay"]["p50_us"], 1)
+            m["metrics_added_p99_us"] = round(m["metrics"]["p99_us"] - m["relay"]["p99_us"], 1)
             m["added_p99_us"] = round(m["relay"]["p99_us"] - m["direct"]["p99_us"], 1)
             m["ratio_p50"] = _ratio(m["relay"]["p50_us"], m["direct"]["p50_us"])
             m["ratio_p99"] = _ratio(m["relay"]["p99_us"], m["direct"]["p99_us"])
             latency[method] = m
             _progress(log, f"latency {method}: direct p50 {m['direct']['p50_us']} us, "
-                           f"relay p50 {m['relay']['p50_us']} us")
+                           f"relay p50 {m['relay']['p50_us']} us, with metrics {m['metrics']['p50_us']} us")
         result["latency"] = latency
 
         throughput: dict[str, Any] = {}
@@ -439,6 +477,16 @@ def format_result(result: dict[str, Any]) -> str:
     out.append(f"latency, 1 caller (us); ListContainers lists {result['containers']} containers")
     out.append(format_table(["method", "n", "direct p50", "relay p50", "added p50", "ratio p50",
                              "direct p99", "relay p99", "ratio p99", "relay cpu/call"], rows))
+    rows = []
+    for method, m in result["latency"].items():
+        off, on = m["relay"], m["metrics"]
+        rows.append([method, off["p50_us"] - m["direct"]["p50_us"], on["p50_us"] - m["direct"]["p50_us"],
+                     m["metrics_added_p50_us"], off["p99_us"], on["p99_us"], off["cpu_us_per_call"],
+                     on["cpu_us_per_call"]])
+    out += ["", "the relay's added latency with metrics off and on (-metrics-address, calls timed, "
+                "/metrics scraped every second), 1 caller (us)"]
+    out.append(format_table(["method", "added p50 off", "added p50 on", "on - off p50", "p99 off", "p99 on",
+                             "cpu/call off", "cpu/call on"], rows))
     rows = []
     for method, cells in result["throughput"].items():
         for n, m in cells.items():

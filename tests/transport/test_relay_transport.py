@@ -26,7 +26,7 @@ V1A2 = "/runtime.v1alpha2.RuntimeService/"
 
 
 class Setup:
-    def __init__(self, tmp_path, interceptors=None, image=True, transport="h2", limits=None):
+    def __init__(self, tmp_path, interceptors=None, image=True, transport="h2", limits=None, timed=False):
         self.dir = tmp_path
         self.transport = transport
         self.loop = LoopThread()
@@ -37,6 +37,7 @@ class Setup:
         self.interceptors = interceptors or {}
         self.image = image
         self.limits = limits or Limits()
+        self.timed = timed
         self.relay = None
         self.start_relay()
         self.channel = grpc.insecure_channel("unix://" + self.relay_sock, options=[
@@ -48,7 +49,8 @@ class Setup:
             up = Upstream(self.runtime_sock)
             if self.transport == "h2":
                 relay = FrameRelay(self.relay_sock, self.runtime_sock, MethodTable(), interceptors=self.interceptors,
-                                   socket_like=self.runtime_sock, image_enabled=self.image, limits=self.limits)
+                                   socket_like=self.runtime_sock, image_enabled=self.image, limits=self.limits,
+                                   timed=self.timed)
             else:
                 relay = Relay(self.relay_sock, up, up if self.image else None, MethodTable(),
                               interceptors=self.interceptors, socket_like=self.runtime_sock)

@@ -9,6 +9,7 @@ from typing import Final, Literal, TypeAlias
 import grpc
 from google.protobuf.message import Message
 
+from cri_resmgr.transport.callstats import MethodStats
 from cri_resmgr.transport.contract import DumpSink, Interceptor
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.methods import Method
@@ -36,35 +37,38 @@ REFUSE: Final = 3
 class PassRoute:
     """The path's calls go through unread."""
 
-    __slots__ = ("kind", "path", "method")
+    __slots__ = ("kind", "path", "method", "stats")
 
     def __init__(self, path: str, method: Method | None) -> None:
         self.kind: Literal[0] = PASS
         self.path = path
         self.method = method
+        self.stats: MethodStats | None = None  # set by the relay when it times calls
 
 
 class RefuseRoute:
     """The path's service is disabled: the relay answers UNIMPLEMENTED with `refusal`."""
 
-    __slots__ = ("kind", "path", "method", "refusal")
+    __slots__ = ("kind", "path", "method", "refusal", "stats")
 
     def __init__(self, path: str, refusal: str) -> None:
         self.kind: Literal[3] = REFUSE
         self.path = path
         self.method = None  # not looked up: FrameRelay.route keeps no refused route
         self.refusal = refusal
+        self.stats: MethodStats | None = None  # never relayed, never timed
 
 
 class DumpRoute:
     """The path's messages and final status are copied to `dumper`."""
 
-    __slots__ = ("kind", "path", "method", "dumper", "streaming")
+    __slots__ = ("kind", "path", "method", "dumper", "streaming", "stats")
 
     def __init__(self, path: str, method: Method | None, dumper: DumpSink) -> None:
         self.kind: Literal[1] = DUMP
         self.path = path
         self.method = method
+        self.stats: MethodStats | None = None
         self.dumper = dumper
         self.streaming = method is None or method.server_streaming or method.client_streaming
 
@@ -72,13 +76,14 @@ class DumpRoute:
 class InterceptRoute:
     """The path's calls (unary) go to `interceptor`, decoded with the v1 message classes."""
 
-    __slots__ = ("kind", "path", "method", "dumper", "interceptor", "request_type", "reply_type")
+    __slots__ = ("kind", "path", "method", "dumper", "interceptor", "request_type", "reply_type", "stats")
 
     def __init__(self, path: str, method: Method, dumper: DumpSink | None, interceptor: Interceptor,
                  v1: Method) -> None:
         self.kind: Literal[2] = INTERCEPT
         self.path = path
         self.method = method
+        self.stats: MethodStats | None = None
         self.dumper = dumper
         self.interceptor = interceptor
         self.request_type = v1.request

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
+from cri_resmgr.transport.callstats import MethodStats
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.framerelay.calls import DUMP, PASS, REFUSE, Dumped, Intercepted, StreamState
 from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
@@ -21,6 +23,11 @@ log = logging.getLogger(__name__)
 
 _PATH = frozenset({b":path"})
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
+_CODE = frozenset({b"grpc-status"})
+_clock = time.perf_counter_ns
+
+# A timed stream: when its headers came (ns), and its method's counters.
+Timing = tuple[int, MethodStats]
 _TOMBSTONES = 1024
 
 
@@ -84,7 +91,9 @@ class Connection(InterceptedCalls):
         self.cblock: tuple[int, int, bytearray] | None = None  # (stream, flags, fragments) being read
         # (stream, flags, fragments, where its frames are held: None when they go on)
         self.rblock: tuple[int, int, bytearray, list[bytes] | None] | None = None
-        self.open: set[int] = set()
+        # Streams open, with their timing when the relay times calls (None otherwise):
+        # the per-stream state every call already has, so timing adds no lookup.
+        self.open: dict[int, Timing | None] = {}
         self.streams: dict[int, StreamState] = {}
         self.dropped: dict[int, None] = {}  # streams the relay ended: their frames either way are discarded
         self.last_stream = 0
@@ -166,7 +175,9 @@ class Connection(InterceptedCalls):
         self.close()
 
     def _end(self, sid: int) -> None:
-        self.open.discard(sid)
+        timing = self.open.pop(sid, None)
+        if timing is not None:
+            timing[1].latency.observe_ns(_clock() - timing[0])
         st = self.streams.pop(sid, None)
         if st is not None:
             self._release(st)
@@ -287,10 +298,10 @@ class Connection(InterceptedCalls):
         self.last_stream = sid
         path = fields.get(b":path")
         route = self.relay.route(path) if path is not None else None
+        stats = route.stats if route is not None else None
+        self.open[sid] = (_clock(), stats) if stats is not None else None
         if route is None or route.kind == PASS:
-            self.open.add(sid)
             return b""
-        self.open.add(sid)
         if route.kind == DUMP:
             self.streams[sid] = Dumped(route, self.relay.call_id(), self.limits.max_message)
             return b""
@@ -470,7 +481,11 @@ class Connection(InterceptedCalls):
             return holder is None
         self.rblock = None
         st = self.streams.get(sid)
-        wanted = _STATUS if first_flags & h2.END_STREAM and st is not None else frozenset()
+        timing = self.open.get(sid) if first_flags & h2.END_STREAM else None
+        if first_flags & h2.END_STREAM and st is not None:
+            wanted = _STATUS
+        else:  # a timed call's status, for the runtime's errors by code
+            wanted = _CODE if timing is not None else frozenset()
         fields = self.rreader.read(bytes(block), wanted)
         if holder is not None and not self.rreader.table_empty:
             self._fail("the runtime's header compression ignores SETTINGS_HEADER_TABLE_SIZE=0; "
@@ -479,6 +494,8 @@ class Connection(InterceptedCalls):
         status = None
         if first_flags & h2.END_STREAM:
             status = (h2.status_code(fields.get(b"grpc-status")), h2.status_message(fields.get(b"grpc-message")))
+            if timing is not None and status[0] != grpc.StatusCode.OK:
+                timing[1].error(status[0])
         if isinstance(st, Intercepted) and not st.finished:
             if status is not None:
                 st.status = status

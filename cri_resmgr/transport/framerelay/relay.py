@@ -13,8 +13,17 @@ import time
 from typing import Final, TypeAlias
 
 from cri_resmgr.transport import sockets
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
-from cri_resmgr.transport.framerelay.calls import DumpRoute, InterceptRoute, PassRoute, RefuseRoute, Route
+from cri_resmgr.transport.callstats import CallStats
+from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep, TransportStats
+from cri_resmgr.transport.framerelay.calls import (
+    INTERCEPT,
+    REFUSE,
+    DumpRoute,
+    InterceptRoute,
+    PassRoute,
+    RefuseRoute,
+    Route,
+)
 from cri_resmgr.transport.framerelay.connection import Connection
 from cri_resmgr.transport.framerelay.limits import HeldBudget, Limits
 from cri_resmgr.transport.framerelay.unreachable import Unreachable
@@ -33,7 +42,7 @@ class FrameRelay:
     def __init__(self, socket_path: str, upstream_path: str, methods: MethodTable,
                  interceptors: InterceptionTable | None = None, dumper: DumpSink | None = None,
                  socket_like: str | None = None, runtime_enabled: bool = True, image_enabled: bool = True,
-                 limits: Limits = Limits()):
+                 limits: Limits = Limits(), timed: bool = False):
         self.socket_path = sockets.strip_scheme(socket_path)
         self.upstream_path = sockets.strip_scheme(upstream_path)
         self.methods = methods
@@ -54,6 +63,9 @@ class FrameRelay:
         # its own runtime connection, so a restart is seen many times: only the
         # transitions are logged, once each (runtime_lost, runtime_back).
         self.runtime_up = True
+        # Per-method latencies and runtime errors, only when metrics are served (`timed`):
+        # each route holds its counters, so a call costs two clock reads and a bisect.
+        self.calls = CallStats() if timed else None
 
     # -- the runtime's comings and goings ---------------------------------------------
 
@@ -91,6 +103,12 @@ class FrameRelay:
         return r
 
     def _build(self, path: str) -> Route:
+        r = self._build_route(path)
+        if self.calls is not None and r.kind != REFUSE:
+            r.stats = self.calls.method(r.method.name if r.method is not None else None, r.kind == INTERCEPT)
+        return r
+
+    def _build_route(self, path: str) -> Route:
         service = split_path(path)[0].rpartition(".")[2]
         if not self._enabled.get(service, True):
             return RefuseRoute(path, f"cri-resmgr: the {service} is disabled on this relay")
@@ -103,6 +121,9 @@ class FrameRelay:
                 v1 = self.methods.lookup(f"/runtime.v1.{service}/{method.name}") or method
                 return InterceptRoute(path, method, dumper, interceptor, v1)
         return DumpRoute(path, method, dumper) if dumper is not None else PassRoute(path, method)
+
+    def stats(self) -> TransportStats:
+        return TransportStats(self.runtime_up, self.calls.snapshot() if self.calls is not None else ())
 
     def call_id(self) -> int:
         return next(self._call_ids)

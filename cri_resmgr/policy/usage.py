@@ -1,0 +1,29 @@
+"""What a pool policy's CPUs are used for, as plain data for metrics and the node export.
+
+A snapshot: the policy's book is copied, never handed out. `pools()` may be
+asked from the metrics server's thread while the event loop decides; each field
+is read once, so a concurrent decision gives old or new values, never a mix
+within one set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cri_resmgr.topology.cpuset import CPUSet
+
+
+@dataclass(frozen=True)
+class PoolUsage:
+    name: str  # "shared", "reserved", "isolated"
+    cpus: CPUSet  # the pool's CPUs, exclusive ones included (its capacity)
+    exclusive: CPUSet  # of those, given to containers for their own use
+    shared: CPUSet  # of those, what the pool's shared containers run on now
+
+
+@dataclass(frozen=True)
+class PolicyUsage:
+    pools: tuple[PoolUsage, ...]
+    exclusive_free: CPUSet  # CPUs a container could still get exclusively
+    exclusive: dict[str, CPUSet] = field(default_factory=dict)  # container key -> its exclusive CPUs
+    members: dict[str, int] = field(default_factory=dict)  # container pool name -> containers
