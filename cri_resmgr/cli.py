@@ -19,6 +19,7 @@ from cri_resmgr.config.settings import (
 )
 from cri_resmgr.config.sources import initial_config
 from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
+from cri_resmgr.status import command as status
 from cri_resmgr.topology import TopologyError, discover
 from cri_resmgr.topology.render import render_json, render_text
 
@@ -102,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["topology"]:
         sys.exit(TOPOLOGY.run(args[1:], _topology))
+    if args[:1] == ["status"]:  # what a running relay decided (cri_resmgr/status/)
+        sys.exit(status.main(args[1:]))
     try:
         args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
                                          LOGGER_DEBUG.name)

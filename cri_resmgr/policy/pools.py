@@ -352,6 +352,12 @@ class PoolPolicy:
         member = self._book.members.get(key)
         return None if member is None else Assignment(pool=member.pool, exclusive=member.exclusive)
 
+    def pools(self) -> dict[str, CPUSet]:
+        """shared: the pool now; reserved: the reserved CPUs (also in the shared pool
+        unless kept apart); exclusive: every exclusive CPU in use, whatever its source."""
+        book = self._book
+        return {POOL_SHARED: book.shared, POOL_RESERVED: self._reserved, POOL_EXCLUSIVE: book.used}
+
     # Introspection for tests, benchmarks and diagnostics.
     @property
     def shared(self) -> CPUSet:

@@ -68,6 +68,10 @@ class StaticPlusPolicy(PoolPolicy):
     def isolated(self) -> CPUSet:
         return self._isolated
 
+    def pools(self) -> dict[str, CPUSet]:
+        """The pool policy's pools, and the isolated pool whole (its used CPUs are also exclusive)."""
+        return {**super().pools(), POOL_ISOLATED: self._isolated}
+
     def _wanted(self, workload: Workload) -> tuple[str, int, bool]:
         """(pool without exclusive CPUs, exclusive CPUs wanted, also runs shared)."""
         if (workload.system or workload.prefer_reserved) and self._reserved:
