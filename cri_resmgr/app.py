@@ -18,6 +18,7 @@ from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.engine.controller import Controller
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.status import endpoint
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.contract import Transport
 from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -189,7 +190,7 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     if settings.metrics_address:
         try:
             http = health.serve(settings.metrics_address, metrics.registry(controller, relay),
-                                health.on_loop(controller, loop))
+                                health.on_loop(controller, loop), endpoint.on_loop(controller, loop))
         except OSError as e:
             log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
     reconciling = None

@@ -21,6 +21,7 @@ from cri_resmgr.config.settings import (
 )
 from cri_resmgr.config.sources import initial_config
 from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
+from cri_resmgr.status import command as status
 from cri_resmgr.topology import TopologyError, discover
 from cri_resmgr.topology.render import render_json, render_text
 
@@ -68,7 +69,7 @@ DISABLE_POLICY_SWITCH = flags.switch("disable-policy-switch", "Refuse configurat
 RUNTIME_WAIT_TIMEOUT = flags.option("runtime-wait-timeout", "SECONDS", "Give up if the runtime is not ready in "
                                     "this time (default: wait forever).", None, flags.number(low=0))
 METRICS_ADDRESS = flags.text("metrics-address", "HOST:PORT", "Serve Prometheus metrics (/metrics) and health "
-                             "(/healthz, /readyz) on this address (e.g. 127.0.0.1:8891; ':8891' is 127.0.0.1:8891); "
+                             "(/healthz, /readyz) on this address (e.g. 127.0.0.1:8888; ':8888' is 127.0.0.1:8888); "
                              "default: off.", "")
 PROBE = flags.switch("probe", "Ask the relay at -metrics-address whether it is ready (/readyz); exit 0 if so, "
                      "1 if not.")
@@ -110,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["topology"]:
         sys.exit(TOPOLOGY.run(args[1:], _topology))
+    if args[:1] == ["status"]:  # what a running relay decided (cri_resmgr/status/)
+        sys.exit(status.main(args[1:]))
     try:
         args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
                                          LOGGER_DEBUG.name)

@@ -1,10 +1,11 @@
-"""The HTTP endpoint on `-metrics-address`: /metrics, /healthz, /readyz; anything else is 404.
+"""The HTTP endpoint on `-metrics-address`: /metrics, /healthz, /readyz, /state; anything else is 404.
 
 /healthz answers 200 while the process serves HTTP at all. /readyz answers 200 when
 the engine says it is ready (a policy in force, the runtime answering Version), else
 503 with the reason. The server runs on threads of its own; readiness is asked on the
 relay's event loop, where the runtime channel lives, with a bound on the wait.
 `cri-resmgr -probe` asks /readyz, as `cri-resmgr-agent -probe` does the agent's.
+/state is the engine's snapshot as JSON (`cri-resmgr status`), read-only (status/endpoint.py).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def app(registry: CollectorRegistry, ready: Callable[[], str | None]) -> Callable[..., Iterable[bytes]]:
+def app(registry: CollectorRegistry, ready: Callable[[], str | None],
+        state: Callable[[], tuple[str, bytes]] | None = None) -> Callable[..., Iterable[bytes]]:
     metrics = make_wsgi_app(registry)
 
     def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -49,6 +51,10 @@ def app(registry: CollectorRegistry, ready: Callable[[], str | None]) -> Callabl
         if path == "/metrics":
             scraped: Iterable[bytes] = metrics(environ, start_response)
             return scraped
+        if path == "/state" and state is not None:
+            code, body = state()
+            start_response(code, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
         if path == "/healthz":
             code, text = "200 OK", "ok"
         elif path == "/readyz":
@@ -86,11 +92,12 @@ class _Quiet(WSGIRequestHandler):
         pass  # one line per scrape or probe would flood the log
 
 
-def serve(address: str, registry: CollectorRegistry, ready: Callable[[], str | None]) -> WSGIServer:
+def serve(address: str, registry: CollectorRegistry, ready: Callable[[], str | None],
+          state: Callable[[], tuple[str, bytes]] | None = None) -> WSGIServer:
     """Starts serving on a daemon thread; raises OSError when the address cannot be bound."""
     host, port = split_address(address)
     server_class = type("Server", (_Server,), {"address_family": _family(host)})
-    server: WSGIServer = make_server(host, port, app(registry, ready), server_class, handler_class=_Quiet)
+    server: WSGIServer = make_server(host, port, app(registry, ready, state), server_class, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     log.info("metrics on http://%s:%d/metrics, health on /healthz and /readyz", host, port)
     return server

@@ -13,6 +13,7 @@ Its surface is the `controller.Controller`: built from `config.EngineSettings`,
 a `Feed` (anything with the contract's `reconfigure`, which it hands its
 interceptors and dumper to), the runtime channel and a dumper factory; then
 `apply`/`apply_agent`/`reload_forced`, `stats()` (an immutable
-`EngineStats`), `config`, `policy_name` and `close`. Nothing outside the engine
+`EngineStats`), `state()` (an immutable `snapshot.EngineState`), `config`,
+`policy_name` and `close`. Nothing outside the engine
 reads or sets the resource manager, enforcer or dumper it holds.
 """

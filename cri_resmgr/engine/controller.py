@@ -20,7 +20,7 @@ from typing import Protocol
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt
+from cri_resmgr.engine import adopt, snapshot
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
@@ -122,6 +122,7 @@ class Controller:
         self._make_dumper = dumper_factory
         self._set_debug = logger_setter
         self._topology: Topology | None = None
+        self._topology_summary: snapshot.TopologySummary | None = None
         self._config: Config | None = None
         self._policy_name = "none"
         self._resmgr: ResourceManager | None = None
@@ -164,6 +165,17 @@ class Controller:
         if resmgr is None or self._topology is None:
             return None
         return node_usage(self._policy_name, resmgr.policy, self._topology, resmgr.cache)
+
+    def state(self) -> snapshot.EngineState:
+        """What the relay decided, frozen: policy, pools, every container's placement,
+        the configuration in force. Call it on the event loop (it reads the live cache);
+        no I/O: the topology is summarised only once some policy discovered it."""
+        resmgr, topo = self._resmgr, self._topology
+        if topo is not None and self._topology_summary is None:
+            self._topology_summary = snapshot.summarise(topo)
+        return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
+                             resmgr.cache if resmgr is not None else None, self._topology_summary,
+                             self._config, self._settings.dry_run)
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""

@@ -105,6 +105,9 @@ class Policy(Protocol):
     def assignment(self, key: str) -> Assignment | None:
         """One known container's allocation (for the engine's log lines); None when unknown."""
 
+    def pools(self) -> Mapping[str, CPUSet]:
+        """Each pool's CPUs as they are now, by pool name (`cri-resmgr status`)."""
+
 
 class PolicyError(CriResmgrError):
     pass

@@ -1,0 +1,132 @@
+"""What the relay decided, as one immutable snapshot (`Controller.state()`).
+
+Taken on the event loop that owns the cache and the policy, so it is consistent:
+the HTTP thread that serves `/state` only reads the frozen result. Nothing here
+does I/O; the topology is summarised only if the engine already discovered it
+(the none policy never does).
+
+`to_document()` is the JSON of `/state` and of `cri-resmgr status -o json`; its
+`version` changes when a field changes meaning or goes away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cri_resmgr.config import Config
+from cri_resmgr.engine.cache import Cache
+from cri_resmgr.policy.api import Policy
+from cri_resmgr.topology import Topology
+from cri_resmgr.topology.cpuset import CPUSet
+from cri_resmgr.topology.model import UNKNOWN
+
+FORMAT = "cri-resmgr-state"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    id: str  # the runtime's id; "" while being created
+    namespace: str
+    pod: str
+    name: str
+    qos: str
+    state: str  # creating, created, running, exited
+    cpu_request: int  # milli-CPU
+    cpu_limit: int | None
+    memory_request: int  # bytes
+    memory_limit: int | None
+    pool: str | None  # None: the policy does not place it (released, or unknown to it)
+    exclusive: CPUSet
+    shared: CPUSet  # the rest of its cpuset: from its pool (shared, reserved)
+    mems: str | None
+
+    def to_document(self) -> dict[str, Any]:
+        return {"id": self.id, "namespace": self.namespace, "pod": self.pod, "name": self.name,
+                "qos": self.qos, "state": self.state,
+                "requests": {"cpu_milli": self.cpu_request, "memory_bytes": self.memory_request},
+                "limits": {"cpu_milli": self.cpu_limit, "memory_bytes": self.memory_limit},
+                "pool": self.pool, "exclusive_cpus": str(self.exclusive), "shared_cpus": str(self.shared),
+                "cpus": str(self.exclusive | self.shared), "mems": self.mems}
+
+
+@dataclass(frozen=True)
+class TopologySummary:
+    """Online, offline and isolated CPUs, and packages > NUMA nodes > cores > threads."""
+
+    online: CPUSet
+    offline: CPUSet
+    isolated: CPUSet
+    # (package id, ((node id, ((core id, threads), ...)), ...)); UNKNOWN ids as the model has them
+    packages: tuple[tuple[int, tuple[tuple[int, tuple[tuple[int, CPUSet], ...]], ...]], ...]
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "online": str(self.online), "offline": str(self.offline), "isolated": str(self.isolated),
+            "packages": [{"id": _known(pkg), "nodes": [
+                {"id": node, "cores": [{"id": _known(core), "cpus": list(cpus.sorted())} for core, cpus in cores]}
+                for node, cores in nodes]} for pkg, nodes in self.packages],
+        }
+
+
+@dataclass(frozen=True)
+class EngineState:
+    policy: str
+    dry_run: bool
+    config: Config | None  # None: none applied yet
+    topology: TopologySummary | None  # None: not discovered (the none policy)
+    pools: tuple[tuple[str, CPUSet], ...]
+    containers: tuple[ContainerState, ...]
+
+    def to_document(self) -> dict[str, Any]:
+        config = None if self.config is None else {"source": self.config.source,
+                                                   "document": self.config.to_document()}
+        return {"format": FORMAT, "version": VERSION, "policy": self.policy, "dry_run": self.dry_run,
+                "config": config, "topology": None if self.topology is None else self.topology.to_document(),
+                "pools": {name: str(cpus) for name, cpus in self.pools},
+                "containers": [c.to_document() for c in self.containers]}
+
+
+def summarise(topo: Topology) -> TopologySummary:
+    """The machine as `cri-resmgr status` draws it. A node spanning packages shows
+    under each, with that package's part of it."""
+    packages = []
+    cores = topo.cores()
+    for pkg in topo.package_ids():
+        pcpus = topo.package_cpus(pkg)
+        nodes = []
+        for nid in topo.cpu_node_ids():
+            ncpus = topo.node_cpus(nid) & pcpus
+            if ncpus:
+                nodes.append((nid, tuple((topo.cpu(c.min()).core, c & ncpus) for c in cores
+                                         if not c.isdisjoint(ncpus))))
+        packages.append((pkg, tuple(nodes)))
+    return TopologySummary(topo.online, topo.offline, topo.isolated, tuple(packages))
+
+
+def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
+         config: Config | None, dry_run: bool) -> EngineState:
+    """The snapshot; call it where the cache and the policy are owned (the event loop)."""
+    pools: Mapping[str, CPUSet] = policy.pools() if policy is not None else {}
+    containers = []
+    for c in cache or ():
+        w = c.workload
+        assignment = policy.assignment(c.key) if policy is not None and not c.released else None
+        resources = policy.resources(c.key) if assignment is not None and policy is not None else None
+        exclusive = assignment.exclusive if assignment is not None else CPUSet()
+        cpus = resources.cpuset_cpus if resources is not None else CPUSet()
+        containers.append(ContainerState(
+            id=c.id, namespace=w.namespace, pod=w.pod, name=w.name, qos=w.qos.value, state=c.state,
+            cpu_request=w.cpu_request, cpu_limit=w.cpu_limit, memory_request=w.memory_request,
+            memory_limit=w.memory_limit, pool=assignment.pool if assignment is not None else None,
+            exclusive=exclusive, shared=cpus - exclusive,
+            mems=resources.cpuset_mems if resources is not None else None))
+    containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
+    return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
+                       pools=tuple(sorted(pools.items())), containers=tuple(containers))
+
+
+def _known(value: int) -> int | None:
+    return None if value == UNKNOWN else value

@@ -1,0 +1,117 @@
+"""The same picture as an SVG image, for a report or a bug ticket: plain string
+building (no drawing library: the relay's install stays as it is). Packages are
+boxes holding NUMA node boxes holding core boxes holding one square per thread,
+coloured by who holds it; the container table is below, as text.
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+from cri_resmgr.status.view import Cell, Cores, View
+
+HOLDER_FILLS = ("#4fc3f7", "#ba68c8", "#7986cb", "#e57373", "#81c784", "#ffb74d")
+POOL_FILLS = {"shared": "#c8e6c9", "reserved": "#fff59d", "isolated": "#f8bbd0", "idle": "#eeeeee"}
+
+THREAD_W, THREAD_H = 120, 34  # one thread's square
+PAD, TITLE = 8, 18  # inside a box: padding, and the height of its title line
+CORES_PER_ROW = 8
+LINE = 16  # a text line
+CHAR = 7.2  # width of a monospace character at 12px, for the table's columns
+
+
+def render(view: View) -> str:
+    body: list[str] = []
+    y = PAD
+    body.append(_text(PAD, y + 12, f"Policy {view.policy}" + (" (dry run)" if view.dry_run else "") +
+                      f", configuration from {view.source}", bold=True))
+    y += LINE + PAD
+    width = 400.0
+    for pkg, nodes in view.machine:
+        w, h, inner = _package(PAD, y, pkg, nodes)
+        body += inner
+        width, y = max(width, w + 2 * PAD), y + h + PAD
+    if not view.machine:
+        body.append(_text(PAD, y + 12, "Machine not known to the relay (no policy has discovered it)"))
+        y += LINE
+    pools = ", ".join(f"{name} {cpus}" for name, cpus in view.pools) or "none"
+    body.append(_text(PAD, y + 12, f"Pools: {pools}" + (f"; offline CPUs {view.offline}" if view.offline else "")))
+    y += LINE + PAD
+    table, tw, th = _table(PAD, y, view)
+    body += table
+    width, y = max(width, tw + 2 * PAD), y + th + PAD
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{y}" '
+            f'viewBox="0 0 {width:.0f} {y}" font-family="monospace" font-size="12">\n'
+            f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n")
+
+
+def _package(x: int, y: int, pkg: int | None, nodes: tuple[tuple[int, Cores], ...]) -> tuple[int, int, list[str]]:
+    """(width, height, elements) of one package box at (x, y)."""
+    out: list[str] = []
+    cy, width = y + TITLE + PAD, 0
+    for node, cores in nodes:
+        w, h, inner = _node(x + PAD, cy, node, cores)
+        out += inner
+        width, cy = max(width, w), cy + h + PAD
+    width += 2 * PAD
+    head = [_box(x, y, width, cy - y, "#fafafa"), _text(x + PAD, y + 14, f"Package {_id(pkg)}", bold=True)]
+    return width, cy - y, head + out
+
+
+def _node(x: int, y: int, node: int, cores: Cores) -> tuple[int, int, list[str]]:
+    out: list[str] = []
+    threads = max((len(cells) for _, cells in cores), default=1)
+    core_w, core_h = threads * THREAD_W + (threads + 1) * PAD, TITLE + THREAD_H + 2 * PAD
+    for i, (core, cells) in enumerate(cores):
+        cx = x + PAD + (i % CORES_PER_ROW) * (core_w + PAD)
+        cy = y + TITLE + PAD + (i // CORES_PER_ROW) * (core_h + PAD)
+        out.append(_box(cx, cy, core_w, core_h, "#ffffff"))
+        out.append(_text(cx + PAD, cy + 14, f"Core {_id(core)}"))
+        for j, cell in enumerate(cells):
+            out += _thread(cx + PAD + j * (THREAD_W + PAD), cy + TITLE + PAD, cell)
+    per_row = min(len(cores), CORES_PER_ROW) or 1
+    rows = -(-len(cores) // CORES_PER_ROW) or 1
+    width = per_row * (core_w + PAD) + PAD
+    height = TITLE + PAD + rows * (core_h + PAD)
+    return width, height, [_box(x, y, width, height, "#f0f4f8"),
+                           _text(x + PAD, y + 14, f"NUMA node {node}", bold=True)] + out
+
+
+def _thread(x: int, y: int, cell: Cell) -> list[str]:
+    fill = HOLDER_FILLS[cell.holder % len(HOLDER_FILLS)] if cell.holder is not None else \
+        POOL_FILLS.get(cell.label.split("/")[0], "#ffffff")
+    label = cell.label if len(cell.label) <= 16 else cell.label[:15] + "…"
+    return [f'<g><title>{escape(f"CPU {cell.cpu}: {cell.label}")}</title>',
+            _box(x, y, THREAD_W, THREAD_H, fill),
+            _text(x + 4, y + 13, f"CPU {cell.cpu}"), _text(x + 4, y + 28, label, bold=cell.holder is not None),
+            "</g>"]
+
+
+def _table(x: int, y: int, view: View) -> tuple[list[str], float, int]:
+    headers = ("CONTAINER", "NAMESPACE", "POD", "NAME", "QOS", "CPU", "POOL", "EXCLUSIVE", "SHARED", "MEMS", "ID")
+    rows = [headers] + [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive, r.shared,
+                         r.mems, r.id) for r in view.containers]
+    if len(rows) == 1:
+        return [_text(x, y + 12, "No containers.")], 120, LINE
+    widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(headers))]
+    out = []
+    for n, row in enumerate(rows):
+        cx = float(x)
+        for value, w in zip(row, widths, strict=True):
+            out.append(_text(cx, y + 12 + n * LINE, value, bold=n == 0))
+            cx += w * CHAR
+    return out, sum(widths) * CHAR, len(rows) * LINE
+
+
+def _box(x: float, y: float, w: float, h: float, fill: str) -> str:
+    return f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="3" fill="{fill}" stroke="#607d8b"/>'
+
+
+def _text(x: float, y: float, text: str, bold: bool = False) -> str:
+    weight = ' font-weight="bold"' if bold else ""
+    return f'<text x="{x:g}" y="{y}"{weight}>{escape(text)}</text>'
+
+
+def _id(value: int | None) -> str:
+    return "?" if value is None else str(value)
+

@@ -1,0 +1,125 @@
+"""Who holds each CPU, from the `/state` document alone (text and SVG draw this).
+
+A CPU is held by the container(s) with it exclusive; otherwise it is marked with the
+pools it is in (shared, reserved: under the static policy the reserved CPUs are in
+the shared pool too, unless StrictReservation), isolated (the kernel's isolcpus, unused
+by the relay), idle (online, in no pool: not available to the policy, or no policy in
+force) or offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cri_resmgr.topology.cpuset import CPUSet
+
+# Pool names of the policies (policy/pools.py) that mark a CPU, in the order they are named.
+MARKED_POOLS = ("shared", "reserved", "isolated")
+IDLE = "idle"
+OFFLINE = "offline"
+
+
+class StateError(ValueError):
+    """The document is not a `/state` document this version understands."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    cpu: int
+    label: str  # the holder's short name, or the pools: "shared", "shared/reserved", "idle"
+    holder: int | None  # index into View.containers of the exclusive holder; None: no one
+
+
+@dataclass(frozen=True)
+class Row:
+    """One container as the table shows it."""
+
+    short: str  # unique among the containers: the name, else pod:name, else namespace/pod:name
+    namespace: str
+    pod: str
+    name: str
+    qos: str
+    cpu_request: str
+    pool: str
+    exclusive: str
+    shared: str
+    mems: str
+    id: str
+
+
+Cores = tuple[tuple[int | None, tuple[Cell, ...]], ...]
+Machine = tuple[tuple[int | None, tuple[tuple[int, Cores], ...]], ...]
+
+
+@dataclass(frozen=True)
+class View:
+    policy: str
+    source: str
+    dry_run: bool
+    # (package, ((node, ((core, (cells...)), ...)), ...)); None ids where the kernel gave none
+    machine: Machine
+    offline: str
+    pools: tuple[tuple[str, str], ...]
+    containers: tuple[Row, ...]
+
+
+def build(doc: Mapping[str, Any]) -> View:
+    if doc.get("format") != "cri-resmgr-state" or doc.get("version") != 1:
+        raise StateError("not a cri-resmgr state document of version 1 (format, version: "
+                         f"{doc.get('format')!r}, {doc.get('version')!r})")
+    containers: Sequence[Mapping[str, Any]] = doc["containers"]
+    rows = tuple(_row(c, short) for c, short in zip(containers, _short_names(containers), strict=True))
+    holders: dict[int, int] = {}
+    for i, c in enumerate(containers):
+        for cpu in CPUSet.parse(c["exclusive_cpus"]):
+            holders.setdefault(cpu, i)  # a CPU given twice would be a bug; the table shows both
+    pools = {name: CPUSet.parse(cpus) for name, cpus in doc["pools"].items()}
+    topo = doc.get("topology")
+    machine: Machine = ()
+    offline = ""
+    if topo is not None:
+        machine = tuple((pkg["id"], tuple((node["id"], tuple(
+            (core["id"], tuple(_cell(cpu, holders, rows, pools) for cpu in core["cpus"])) for core in node["cores"]))
+            for node in pkg["nodes"])) for pkg in topo["packages"])
+        offline = topo["offline"]
+    config = doc.get("config") or {}
+    return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
+                machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
+                containers=rows)
+
+
+def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet]) -> Cell:
+    holder = holders.get(cpu)
+    if holder is not None:
+        return Cell(cpu, rows[holder].short, holder)
+    marks = [name for name in MARKED_POOLS if cpu in pools.get(name, CPUSet())]
+    return Cell(cpu, "/".join(marks) or IDLE, None)
+
+
+def _short_names(containers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The container's name when no other container has it; else pod:name; else the full name."""
+    def count(key: str) -> dict[str, int]:
+        seen: dict[str, int] = {}
+        for k in keys[key]:
+            seen[k] = seen.get(k, 0) + 1
+        return seen
+
+    keys = {"name": [c["name"] for c in containers],
+            "pod": [f"{c['pod']}:{c['name']}" for c in containers],
+            "full": [f"{c['namespace']}/{c['pod']}:{c['name']}" for c in containers]}
+    by_name, by_pod = count("name"), count("pod")
+    return [n if by_name[n] == 1 else p if by_pod[p] == 1 else f
+            for n, p, f in zip(keys["name"], keys["pod"], keys["full"], strict=True)]
+
+
+def _row(c: Mapping[str, Any], short: str) -> Row:
+    return Row(short=short, namespace=c["namespace"], pod=c["pod"], name=c["name"], qos=c["qos"],
+               cpu_request=_milli(c["requests"]["cpu_milli"]), pool=c["pool"] or "-",
+               exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
+               id=(c["id"] or "creating")[:12])
+
+
+def _milli(value: int) -> str:
+    return "-" if not value else f"{value // 1000}" if value % 1000 == 0 else f"{value}m"

@@ -1,0 +1,118 @@
+"""/state on the metrics address: the engine's snapshot taken on the relay's event loop,
+served as JSON; `cri-resmgr status` reading it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cri_resmgr import health
+from cri_resmgr.engine.snapshot import EngineState
+from cri_resmgr.status import endpoint
+from tests.status.statekit import engine_state
+
+
+class _FakeEngine:
+    """Counts the snapshots and checks they are taken on the loop's thread."""
+
+    def __init__(self, state: EngineState, loop_thread: threading.Thread) -> None:
+        self._state = state
+        self._loop_thread = loop_thread
+        self.calls = 0
+
+    def state(self) -> EngineState:
+        assert threading.current_thread() is self._loop_thread
+        self.calls += 1
+        return self._state
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def relay_like():
+    """The relay's wiring in app.py: the HTTP server on threads, the engine on a loop."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    engine = _FakeEngine(engine_state(), thread)
+    port = _free_port()
+    server = health.serve(f"127.0.0.1:{port}", CollectorRegistry(), lambda: None, endpoint.on_loop(engine, loop))
+    yield port, engine, loop
+    server.shutdown()
+    server.server_close()
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def test_state_is_the_snapshot_as_json(relay_like):
+    port, engine, _ = relay_like
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=5) as r:
+        assert r.status == 200 and r.headers["Content-Type"] == "application/json"
+        assert json.load(r) == engine_state().to_document()
+    assert engine.calls == 1
+
+
+def test_state_when_the_loop_is_gone_is_503(relay_like):
+    port, _, loop = relay_like
+    loop.call_soon_threadsafe(loop.stop)
+    while loop.is_running():
+        pass
+    loop.close()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=10)
+    assert e.value.code == 503 and "shutting down" in json.load(e.value)["error"]
+
+
+def test_no_state_source_is_404():
+    port = _free_port()
+    server = health.serve(f"127.0.0.1:{port}", CollectorRegistry(), lambda: None)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=5)
+        assert e.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _status(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cri_resmgr.cli", "status", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_status_command_text_json_and_svg_file(relay_like, tmp_path):
+    port, _, _ = relay_like
+    text = _status("-address", f":{port}")
+    assert text.returncode == 0, text.stderr
+    assert "CPU 6 postgres  CPU 7 postgres" in text.stdout and "\x1b[" not in text.stdout  # not a TTY
+    raw = _status("-address", f"127.0.0.1:{port}", "-o", "json")
+    assert json.loads(raw.stdout) == engine_state().to_document()
+    out = tmp_path / "node.svg"
+    svg = _status("-o", "svg", str(out), "-address", f":{port}")
+    assert svg.returncode == 0 and svg.stdout == "" and out.read_text().startswith("<svg ")
+
+
+def test_status_command_errors_are_one_line():
+    port = _free_port()
+    gone = _status("-address", f":{port}")
+    assert gone.returncode == 1 and gone.stderr.startswith("cri-resmgr status: error: no state from :")
+    assert len(gone.stderr.splitlines()) == 1
+    bad = _status("-address", "nowhere")
+    assert bad.returncode == 2 and "invalid value for -address" in bad.stderr
+    extra = _status("a.svg", "b.svg")
+    assert extra.returncode == 2 and "unexpected extra argument (b.svg)" in extra.stderr
