@@ -63,7 +63,8 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
         # GrpcRelay drops its runtime channel when runtime_enabled is False, so with
         # the runtime service disabled it is given the primary one only to fill the slot.
         return GrpcRelay(settings.relay_socket, runtime or primary, image, methods, interceptors={},
-                         socket_like=primary.path, runtime_enabled=runtime is not None)
+                         socket_like=primary.path, runtime_enabled=runtime is not None,
+                         timed=bool(settings.metrics_address))
     # Calls are timed only when metrics are served (-metrics-address): `make bench` shows the cost.
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
                       runtime_enabled=runtime is not None, image_enabled=image is not None,

@@ -15,12 +15,13 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr.transport import sockets
+from cri_resmgr.transport.callstats import CallStats
 from cri_resmgr.transport.contract import (
     UNCHANGED,
     DumpSink,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # grpc's classes are generic in the stubs only
     _Unary: TypeAlias = Callable[[bytes, _Context], Awaitable[bytes]]
     _UnaryStream: TypeAlias = Callable[[bytes, _Context], Awaitable[None]]
     _Stream: TypeAlias = Callable[[AsyncIterator[bytes], _Context], Awaitable[None]]
+    _H = TypeVar("_H", _Unary, _UnaryStream, _Stream)
 
 SERVER_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -100,8 +102,10 @@ class GrpcRelay:
     def __init__(self, socket_path: str, runtime: Upstream | None, image: Upstream | None,
                  methods: MethodTable, interceptors: InterceptionTable | None = None,
                  dumper: DumpSink | None = None, socket_like: str | None = None,
-                 runtime_enabled: bool = True):
+                 runtime_enabled: bool = True, timed: bool = False):
         self.socket_path = sockets.strip_scheme(socket_path)
+        # Per-method latencies and errors, only when metrics are served (as FrameRelay).
+        self.calls = CallStats() if timed else None
         self.runtime = runtime if runtime_enabled else None
         self.image = image
         self.methods = methods
@@ -126,8 +130,9 @@ class GrpcRelay:
         self._handlers = {}  # handlers bind the table and dumper they were built with
 
     def stats(self) -> TransportStats:
-        """Not tracked here: per-call metrics are the frame transport's (docs/metrics.md)."""
-        return TransportStats(runtime_up=None)
+        primary = self.runtime or self.image
+        return TransportStats(primary.up if primary is not None else None,
+                              self.calls.snapshot() if self.calls is not None else ())
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -183,16 +188,39 @@ class GrpcRelay:
             return None  # service disabled: gRPC answers UNIMPLEMENTED
         method = self.methods.lookup(path)
         dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
+        name = method.name if method is not None else None
         if method is None or method.client_streaming:
             # Unknown shape: a bidi stream relays any of the four kinds on the wire.
-            return grpc.stream_stream_rpc_method_handler(self._stream_passthrough(path, upstream, dumper))
+            return grpc.stream_stream_rpc_method_handler(
+                self._timed(self._stream_passthrough(path, upstream, dumper), name, False))
         if method.server_streaming:
-            return grpc.unary_stream_rpc_method_handler(self._unary_stream_passthrough(path, upstream, dumper))
+            return grpc.unary_stream_rpc_method_handler(
+                self._timed(self._unary_stream_passthrough(path, upstream, dumper), name, False))
         interceptor = self._interceptors.get(method.name)
         if interceptor is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._intercepted(path, method, interceptor, upstream, dumper))
-        return grpc.unary_unary_rpc_method_handler(self._unary_passthrough(path, upstream, dumper))
+                self._timed(self._intercepted(path, method, interceptor, upstream, dumper), name, True))
+        return grpc.unary_unary_rpc_method_handler(
+            self._timed(self._unary_passthrough(path, upstream, dumper), name, False))
+
+    def _timed(self, handler: _H, method: str | None, intercepted: bool) -> _H:
+        """`handler`, counting each call's latency and non-OK status when metrics are served."""
+        if self.calls is None:
+            return handler
+        stats = self.calls.method(method, intercepted)
+        clock = time.perf_counter_ns
+
+        async def timed(request: Any, context: _Context) -> Any:
+            t0 = clock()
+            try:
+                return await handler(request, context)
+            finally:
+                stats.latency.observe_ns(clock() - t0)
+                code = context.code()
+                if isinstance(code, grpc.StatusCode) and code != grpc.StatusCode.OK:
+                    stats.error(code)
+
+        return cast("_H", timed)
 
     def _unary_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None) -> _Unary:
         mc = upstream.unary(path)

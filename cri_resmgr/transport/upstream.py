@@ -42,6 +42,7 @@ class Upstream:
     def __init__(self, address: str):
         self.path = sockets.strip_scheme(address)
         self.channel = grpc.aio.insecure_channel("unix://" + self.path, options=CHANNEL_OPTIONS)
+        self.up: bool | None = None  # known once watch() runs: the gRPC transport's runtime_up
         # No serializers: messages cross as the bytes on the wire.
         self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {}
         self._unary_stream: dict[str, grpc.aio.UnaryStreamMultiCallable[bytes, bytes]] = {}
@@ -104,17 +105,17 @@ class Upstream:
     async def watch(self) -> None:
         """Logs the runtime going away and coming back, once per transition, however many
         calls fail meanwhile (the frame transport's counterpart: FrameRelay.runtime_lost).
-        The relay serves only once the runtime answered, so it starts up."""
-        up = True
+        The relay serves only once the runtime answered, so it starts up (`self.up`)."""
+        self.up = True
         state = self.channel.get_state()
         while True:
             await self.channel.wait_for_state_change(state)
             state = self.channel.get_state()
-            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and up:
-                up = False
+            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and self.up:
+                self.up = False
                 log.warning("runtime at %s lost: callers get UNAVAILABLE until it returns", self.path)
-            elif state == grpc.ChannelConnectivity.READY and not up:
-                up = True
+            elif state == grpc.ChannelConnectivity.READY and not self.up:
+                self.up = True
                 log.info("runtime at %s is back", self.path)
 
     def _socket_exists(self) -> bool:

@@ -1,4 +1,4 @@
-"""The frame transport's per-call counters: what metrics read (no prometheus_client here).
+"""Both transports' per-call counters: what metrics read (no prometheus_client here).
 
 Timed only when asked for (the relay is built with timed=True when metrics are
 served); latencies per method, intercepted apart from passed through; the
@@ -16,12 +16,12 @@ from cri_resmgr.buckets import BOUNDS_NS
 from cri_resmgr.transport.contract import TransportStats
 
 
-@pytest.fixture
-def make(tmp_path):
+@pytest.fixture(params=["h2", "grpc"])
+def make(tmp_path, request):
     made = []
 
     def _make(**kw):
-        s = Setup(tmp_path, transport="h2", **kw)
+        s = Setup(tmp_path, transport=request.param, **kw)
         made.append(s)
         return s
 

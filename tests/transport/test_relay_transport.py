@@ -53,7 +53,7 @@ class Setup:
                                    timed=self.timed)
             else:
                 relay = Relay(self.relay_sock, up, up if self.image else None, MethodTable(),
-                              interceptors=self.interceptors, socket_like=self.runtime_sock)
+                              interceptors=self.interceptors, socket_like=self.runtime_sock, timed=self.timed)
             await relay.start()
             return relay
         self.relay = self.loop.run(make())
