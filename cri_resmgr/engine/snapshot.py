@@ -109,7 +109,7 @@ def summarise(topo: Topology) -> TopologySummary:
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop)."""
-    pools: Mapping[str, CPUSet] = policy.pools() if policy is not None else {}
+    pools: Mapping[str, CPUSet] = policy.usage().pool_cpus() if policy is not None else {}
     containers = []
     for c in cache or ():
         w = c.workload

@@ -9,18 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.policy.api import Policy
-from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
+from cri_resmgr.policy.usage import PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
-
-
-@runtime_checkable
-class _Reports(Protocol):
-    def usage(self) -> PolicyUsage: ...
 
 
 @dataclass(frozen=True)
@@ -41,8 +35,6 @@ class NodeUsage:
 
 
 def node_usage(policy_name: str, policy: Policy, topology: Topology, cache: Cache) -> NodeUsage | None:
-    if not isinstance(policy, _Reports):
-        return None
     u = policy.usage()
     free = {n: u.exclusive_free & topology.node_cpus(n) for n in topology.node_ids() if topology.node_cpus(n)}
     records = dict(list(cache.containers.items()))

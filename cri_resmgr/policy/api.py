@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cri_resmgr.errors import CriResmgrError
+from cri_resmgr.policy.usage import PolicyUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -105,8 +106,9 @@ class Policy(Protocol):
     def assignment(self, key: str) -> Assignment | None:
         """One known container's allocation (for the engine's log lines); None when unknown."""
 
-    def pools(self) -> Mapping[str, CPUSet]:
-        """Each pool's CPUs as they are now, by pool name (`cri-resmgr status`)."""
+    def usage(self) -> PolicyUsage:
+        """The pools and who holds which CPUs, copied: for metrics, the Node export and
+        `cri-resmgr status` (policy/usage.py)."""
 
 
 class PolicyError(CriResmgrError):

@@ -377,12 +377,6 @@ class PoolPolicy:
             free = free - CPUSet([min(shared)])
         return PolicyUsage(pools, free, {k: m.exclusive for k, m in members if m.exclusive}, counts)
 
-    def pools(self) -> dict[str, CPUSet]:
-        """shared: the pool now; reserved: the reserved CPUs (also in the shared pool
-        unless kept apart); exclusive: every exclusive CPU in use, whatever its source."""
-        book = self._book
-        return {POOL_SHARED: book.shared, POOL_RESERVED: self._reserved, POOL_EXCLUSIVE: book.used}
-
     # Introspection for tests, benchmarks and diagnostics.
     @property
     def shared(self) -> CPUSet:

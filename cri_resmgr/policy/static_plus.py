@@ -75,10 +75,6 @@ class StaticPlusPolicy(PoolPolicy):
     def _extra_pools(self, used: CPUSet) -> tuple[PoolUsage, ...]:
         return (PoolUsage("isolated", self._isolated, used & self._isolated, CPUSet()),) if self._isolated else ()
 
-    def pools(self) -> dict[str, CPUSet]:
-        """The pool policy's pools, and the isolated pool whole (its used CPUs are also exclusive)."""
-        return {**super().pools(), POOL_ISOLATED: self._isolated}
-
     def _wanted(self, workload: Workload) -> tuple[str, int, bool]:
         """(pool without exclusive CPUs, exclusive CPUs wanted, also runs shared)."""
         if (workload.system or workload.prefer_reserved) and self._reserved:

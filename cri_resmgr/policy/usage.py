@@ -1,6 +1,6 @@
 """What a pool policy's CPUs are used for, as plain data for metrics and the node export.
 
-A snapshot: the policy's book is copied, never handed out. `pools()` may be
+A snapshot: the policy's book is copied, never handed out. `usage()` may be
 asked from the metrics server's thread while the event loop decides; each field
 is read once, so a concurrent decision gives old or new values, never a mix
 within one set.
@@ -27,3 +27,11 @@ class PolicyUsage:
     exclusive_free: CPUSet  # CPUs a container could still get exclusively
     exclusive: dict[str, CPUSet] = field(default_factory=dict)  # container key -> its exclusive CPUs
     members: dict[str, int] = field(default_factory=dict)  # container pool name -> containers
+
+    def pool_cpus(self) -> dict[str, CPUSet]:
+        """Each pool's CPUs now, by name (`cri-resmgr status`): the shared pool's CPUs, the
+        reserved and isolated pools whole, and every exclusive CPU in use, whatever its source."""
+        out = {p.name: (p.shared if p.name == "shared" else p.cpus) for p in self.pools}
+        out.setdefault("reserved", CPUSet())
+        out["exclusive"] = CPUSet().union(*self.exclusive.values())
+        return out
