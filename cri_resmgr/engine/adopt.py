@@ -9,7 +9,7 @@ import logging
 from google.protobuf import json_format
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.engine import classify, messages
+from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.transport.upstream import Upstream
 
@@ -51,7 +51,7 @@ async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str
     """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
     live_pods = await _live_pods(upstream, cache)
     cache.pods = live_pods
-    listed = await messages.call(upstream, V1 + "ListContainers", pb.ListContainersRequest(),
+    listed = await upstream.call(V1 + "ListContainers", pb.ListContainersRequest(),
                                  pb.ListContainersResponse)
     seen: set[str] = set()
     added = kept = 0
@@ -85,7 +85,7 @@ async def unknown_containers(upstream: Upstream, cache: Cache, containers: list[
     for c in containers:
         pod = cache.pods.get(c.pod_sandbox_id)
         if pod is None:
-            status = await messages.call(upstream, V1 + "PodSandboxStatus",
+            status = await upstream.call(V1 + "PodSandboxStatus",
                                          pb.PodSandboxStatusRequest(pod_sandbox_id=c.pod_sandbox_id, verbose=True),
                                          pb.PodSandboxStatusResponse)
             if status.status.state != pb.PodSandboxState.SANDBOX_READY:
@@ -101,7 +101,7 @@ async def unknown_containers(upstream: Upstream, cache: Cache, containers: list[
 
 async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
     """The runtime's ready pods; the saved record of each is kept when it has its cgroup parent."""
-    pods = await messages.call(upstream, V1 + "ListPodSandbox", pb.ListPodSandboxRequest(),
+    pods = await upstream.call(V1 + "ListPodSandbox", pb.ListPodSandboxRequest(),
                                pb.ListPodSandboxResponse)
     live: dict[str, PodRecord] = {}
     for p in pods.items:
@@ -109,7 +109,7 @@ async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
             continue
         known = cache.pods.get(p.id)
         if known is None or not known.cgroup_parent:
-            status = await messages.call(upstream, V1 + "PodSandboxStatus",
+            status = await upstream.call(V1 + "PodSandboxStatus",
                                          pb.PodSandboxStatusRequest(pod_sandbox_id=p.id, verbose=True),
                                          pb.PodSandboxStatusResponse)
             known = PodRecord(id=p.id, name=p.metadata.name, namespace=p.metadata.namespace,
@@ -122,7 +122,7 @@ async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
 async def _new_container(upstream: Upstream, c: pb.Container, pod: PodRecord,
                          reserved_namespaces: tuple[str, ...]) -> ContainerRecord:
     """A running container the cache did not know, with the resources its runtime spec holds."""
-    status = await messages.call(upstream, V1 + "ContainerStatus",
+    status = await upstream.call(V1 + "ContainerStatus",
                                  pb.ContainerStatusRequest(container_id=c.id, verbose=True),
                                  pb.ContainerStatusResponse)
     res = resources_from_info(dict(status.info))

@@ -1,9 +1,9 @@
 """The CRI messages the engine receives, as the types it reads them as.
 
 The transport contract carries requests and replies as plain protobuf
-`Message`s, and the runtime channel decodes into the class it is given; both
-decode the CRI with runtime.v1 classes (v1alpha2 is wire-identical). These
+`Message`s, decoded with runtime.v1 classes (v1alpha2 is wire-identical). These
 helpers check that, so the engine reads typed fields rather than assuming them.
+(The runtime channel's own calls, `Upstream.call`, are typed already.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from cri_resmgr.transport.contract import Request
-from cri_resmgr.transport.upstream import Upstream
 
 M = TypeVar("M", bound=Message)
 
@@ -34,7 +33,3 @@ async def forward(req: Request, message: Message, kind: type[M]) -> M:
     """Sends `message` on the caller's call; returns the runtime's reply as a `kind`."""
     return expect(await req.forward(message), kind, f"{req.name} reply")
 
-
-async def call(upstream: Upstream, path: str, message: Message, kind: type[M]) -> M:
-    """A call the engine makes on its own, on the runtime channel."""
-    return expect(await upstream.call(path, message, kind), kind, path)

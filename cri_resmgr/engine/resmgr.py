@@ -433,7 +433,7 @@ class ResourceManager:
         # Only ids known before the list was asked for can be judged missing from it:
         # a container created meanwhile gets its id after the runtime answered.
         known = {c.id for c in self._cache if c.id}
-        listed = await messages.call(upstream, adopt.V1 + "ListContainers", pb.ListContainersRequest(),
+        listed = await upstream.call(adopt.V1 + "ListContainers", pb.ListContainersRequest(),
                                      pb.ListContainersResponse)
         present = {c.id for c in listed.containers}
         exited = [c.id for c in listed.containers if c.state == EXITED]
