@@ -93,7 +93,7 @@ async def unknown_containers(upstream: Upstream, cache: Cache, containers: list[
             meta = status.status.metadata
             pod = PodRecord(id=c.pod_sandbox_id, name=meta.name, namespace=meta.namespace, uid=meta.uid,
                             cgroup_parent=cgroup_parent_from_info(dict(status.info)),
-                            annotations=dict(status.status.annotations))
+                            annotations=dict(status.status.annotations), labels=dict(status.status.labels))
             cache.add_pod(pod)
         records.append(await _new_container(upstream, c, pod, reserved_namespaces))
     return records
@@ -114,7 +114,8 @@ async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
                                          pb.PodSandboxStatusResponse)
             known = PodRecord(id=p.id, name=p.metadata.name, namespace=p.metadata.namespace,
                               uid=p.metadata.uid, cgroup_parent=cgroup_parent_from_info(dict(status.info)),
-                              annotations=dict(status.status.annotations or p.annotations))
+                              annotations=dict(status.status.annotations or p.annotations),
+                              labels=dict(status.status.labels or p.labels))
         live[p.id] = known
     return live
 
@@ -131,6 +132,7 @@ async def _new_container(upstream: Upstream, c: pb.Container, pod: PodRecord,
         key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
         cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
         container_annotations=dict(c.annotations),
+        labels={**pod.labels, **c.labels},
         cri_resources=classify.requirements_from_cri(res.cpu_shares, res.cpu_quota, res.cpu_period,
                                                      res.memory_limit_in_bytes),
         reserved_namespaces=reserved_namespaces)

@@ -34,6 +34,7 @@ class PodRecord:
     uid: str = ""
     cgroup_parent: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

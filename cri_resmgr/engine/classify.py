@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.policy.api import QoS, Workload
+from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 
 log = logging.getLogger(__name__)
 
 RESOURCES_ANNOTATION = "intel.com/resources"
-ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
 BOOLEAN_KEYS = ("prefer-isolated-cpus", "prefer-shared-cpus", "prefer-reserved-cpus")
 
 _CGROUPFS_QOS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[^/]+/?$")
@@ -141,8 +140,8 @@ def in_namespaces(namespace: str, patterns: tuple[str, ...]) -> bool:
 
 def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_parent: str,
              pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
-             cri_resources: Requirements, reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES
-             ) -> Workload:
+             cri_resources: Requirements, reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES,
+             labels: Mapping[str, str] | None = None) -> Workload:
     """Builds the policy's view of a container. Bad annotations are logged and ignored:
     they never fail the request."""
     where = f"{namespace}/{pod}:{container}"
@@ -171,4 +170,11 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
         prefer_shared=prefs["prefer-shared-cpus"],
         prefer_reserved=bool(prefs["prefer-reserved-cpus"]),
         system=in_namespaces(namespace, reserved_namespaces),
+        labels=dict(labels or {}),
+        pod_annotations=_ours(pod_annotations),
+        container_annotations=_ours(container_annotations),
     )
+
+
+def _ours(annotations: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in annotations.items() if ANNOTATION_DOMAIN in k}

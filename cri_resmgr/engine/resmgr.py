@@ -141,7 +141,7 @@ class ResourceManager:
             self._cache.add_pod(PodRecord(
                 id=reply.pod_sandbox_id, name=cfg.metadata.name, namespace=cfg.metadata.namespace,
                 uid=cfg.metadata.uid, cgroup_parent=cfg.linux.cgroup_parent,
-                annotations=dict(cfg.annotations)))
+                annotations=dict(cfg.annotations), labels=dict(cfg.labels)))
             self._save()
         return reply
 
@@ -232,6 +232,7 @@ class ResourceManager:
             cgroup_parent=pod.cgroup_parent or m.sandbox_config.linux.cgroup_parent,
             pod_annotations=pod.annotations or dict(m.sandbox_config.annotations),
             container_annotations=dict(cfg.annotations),
+            labels={**(pod.labels or dict(m.sandbox_config.labels)), **cfg.labels},
             cri_resources=classify.requirements_from_cri(
                 res.cpu_shares, res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes),
             reserved_namespaces=self._options.reserved_namespaces)
@@ -383,7 +384,7 @@ class ResourceManager:
     def _pod_from(self, pod_id: str, sandbox: pb.PodSandboxConfig) -> PodRecord:
         pod = PodRecord(id=pod_id, name=sandbox.metadata.name, namespace=sandbox.metadata.namespace,
                         uid=sandbox.metadata.uid, cgroup_parent=sandbox.linux.cgroup_parent,
-                        annotations=dict(sandbox.annotations))
+                        annotations=dict(sandbox.annotations), labels=dict(sandbox.labels))
         self._cache.add_pod(pod)
         return pod
 

@@ -13,6 +13,10 @@ from cri_resmgr.policy.usage import PolicyUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
 
+ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
+# Annotations whose key contains this are kept on a Workload (and in the state file).
+ANNOTATION_DOMAIN = "cri-resource-manager.intel.com"
+
 
 class QoS(str, enum.Enum):
     GUARANTEED = "Guaranteed"
@@ -38,9 +42,27 @@ class Workload:
     prefer_shared: bool | None = None
     prefer_reserved: bool = False
     system: bool = False  # in a reserved namespace (kube-system by default)
+    # The pod's labels with the container's over them, and the annotations a policy may
+    # read (those naming cri-resource-manager.intel.com), for matching and per-policy keys.
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
+    container_annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.pod}:{self.name}"
+
+    def effective_annotation(self, key: str) -> str | None:
+        """The value of annotation `key` for this container: `key/container.NAME`, then
+        `key/pod`, then `key`, each looked up in the container's and then the pod's annotations."""
+        for candidate in (f"{key}/container.{self.name}", f"{key}/pod", key):
+            for source in (self.container_annotations, self.pod_annotations):
+                if candidate in source:
+                    return source[candidate]
+        return None
+
+    def annotation(self, name: str) -> str | None:
+        """effective_annotation() of `cri-resource-manager.intel.com/NAME`."""
+        return self.effective_annotation(ANNOTATION_PREFIX + name)
 
 
 @dataclass(frozen=True)
@@ -49,13 +71,22 @@ class Assignment:
 
     pool: str  # "shared", "reserved", "isolated"...: where its non-exclusive part runs
     exclusive: CPUSet = field(default_factory=CPUSet)
+    # Whatever else a policy must remember to restore the container exactly (JSON values).
+    details: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"pool": self.pool, "exclusive": str(self.exclusive)}
+        out: dict[str, Any] = {"pool": self.pool, "exclusive": str(self.exclusive)}
+        if self.details:
+            out["details"] = dict(self.details)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Assignment:
-        return cls(pool=str(data["pool"]), exclusive=CPUSet.parse(str(data.get("exclusive", ""))))
+        details = data.get("details") or {}
+        if not isinstance(details, Mapping):
+            raise ValueError(f"assignment details: expected an object, got {details!r}")
+        return cls(pool=str(data["pool"]), exclusive=CPUSet.parse(str(data.get("exclusive", ""))),
+                   details=dict(details))
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ from cri_resmgr.topology.cpuset import CPUSet
 
 def _filled(tmp_path) -> Cache:
     c = Cache(tmp_path)
-    c.add_pod(PodRecord(id="p1", name="web", namespace="default", cgroup_parent="/kubepods/podu"))
+    c.add_pod(PodRecord(id="p1", name="web", namespace="default", cgroup_parent="/kubepods/podu",
+                        labels={"app": "web"}))
     w = Workload(key="p1:c:0", namespace="default", pod="web", name="c", qos=QoS.GUARANTEED,
-                 cpu_request=2000, cpu_limit=2000)
+                 cpu_request=2000, cpu_limit=2000, labels={"app": "web"},
+                 pod_annotations={"cri-resource-manager.intel.com/memory-type": "dram"})
     c.add_container(ContainerRecord(key="p1:c:0", pod_id="p1", name="c", workload=w, id="cid1",
                                     state="running", resources={"cpu_shares": "2048"}))
     return c
@@ -20,15 +22,17 @@ def _filled(tmp_path) -> Cache:
 
 def test_save_and_load_round_trip(tmp_path):
     c = _filled(tmp_path)
-    c.save("static", {"p1:c:0": Assignment("exclusive", CPUSet("2-3"))})
+    c.save("static", {"p1:c:0": Assignment("exclusive", CPUSet("2-3"), details={"mems": "0"})})
     assert oct(os.stat(tmp_path / "state.json").st_mode & 0o777) == "0o600"
     assert not (tmp_path / "state.json.tmp").exists()
     fresh = Cache(tmp_path)
     saved = fresh.load()
     assert saved.policy == "static"
-    assert saved.assignments == {"p1:c:0": Assignment("exclusive", CPUSet("2-3"))}
+    assert saved.assignments == {"p1:c:0": Assignment("exclusive", CPUSet("2-3"), details={"mems": "0"})}
     assert fresh.by_id("cid1").workload == c.by_id("cid1").workload
+    assert fresh.by_id("cid1").workload.annotation("memory-type") == "dram"
     assert fresh.pods["p1"].cgroup_parent == "/kubepods/podu"
+    assert fresh.pods["p1"].labels == {"app": "web"}
 
 
 def test_corrupt_foreign_and_future_files_are_moved_aside(tmp_path, caplog):

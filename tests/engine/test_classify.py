@@ -66,3 +66,14 @@ def test_reserved_namespaces_are_globs():
     assert _w(namespace="kube-system").system
     assert _w(namespace="monitoring-a", reserved_namespaces=("kube-system", "monitoring-*")).system
     assert not _w(namespace="default").system
+
+
+def test_labels_and_our_annotations_are_kept_for_policies():
+    w = _w(labels={"app": "db"},
+           pod_annotations={"intel.com/resources": "{}", "big/blob": "x" * 1000,
+                            "balloon.balloons.cri-resource-manager.intel.com/pod": "dataplane"},
+           container_annotations={"cri-resource-manager.intel.com/memory-type": "pmem"})
+    assert w.labels == {"app": "db"}
+    assert w.pod_annotations == {"balloon.balloons.cri-resource-manager.intel.com/pod": "dataplane"}
+    assert w.annotation("memory-type") == "pmem"
+    assert w.effective_annotation("balloon.balloons.cri-resource-manager.intel.com") == "dataplane"
