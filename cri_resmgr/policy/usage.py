@@ -19,6 +19,13 @@ class PoolUsage:
     cpus: CPUSet  # the pool's CPUs, exclusive ones included (its capacity)
     exclusive: CPUSet  # of those, given to containers for their own use
     shared: CPUSet  # of those, what the pool's shared containers run on now
+    # Optional, for policies with many pools (a pool tree, balloons): the pool's type
+    # (a balloon type, a tree level), its parent pool, memory nodes, members and requests.
+    kind: str = ""
+    parent: str = ""
+    mems: str = ""
+    containers: tuple[str, ...] = ()  # container keys
+    requested_milli: int = 0  # sum of its containers' CPU requests
 
 
 @dataclass(frozen=True)
