@@ -144,6 +144,7 @@ class EngineCollector(Collector):
             excl.add_metric([p.name], len(p.exclusive))
             shared.add_metric([p.name], len(p.shared))
         yield from (cpus, excl, shared)
+        yield from _pool_detail_families(u)
         members = GaugeMetricFamily("cri_resmgr_pool_containers",
                                     "Containers placed, by the pool named in their assignment", labels=["pool"])
         for name, n in sorted(u.members.items()):
@@ -164,6 +165,24 @@ class EngineCollector(Collector):
         yield _gauge("cri_resmgr_container_exclusive_cpus_unlisted",
                      "Containers with exclusive CPUs left out of cri_resmgr_container_exclusive_cpus",
                      max(0, len(u.containers) - MAX_CONTAINER_SERIES))
+
+
+def _pool_detail_families(u: NodeUsage) -> Iterator[Metric]:
+    """What policies with many pools report (balloons, a pool tree): each pool's kind (a
+    balloon type, a tree level), parent and memory nodes as labels of an info gauge, and
+    the CPU its containers request. Only the pools that have a kind."""
+    info = GaugeMetricFamily("cri_resmgr_pool_info", "A pool's kind (balloon type, tree level), parent and mems",
+                             labels=["pool", "kind", "parent", "mems"])
+    requested = GaugeMetricFamily("cri_resmgr_pool_requested_cpus",
+                                  "CPUs the containers of a pool request (sum of requests)", labels=["pool"])
+    members = GaugeMetricFamily("cri_resmgr_pool_member_containers", "Containers of a pool", labels=["pool"])
+    detailed = [p for p in u.pools if p.kind]
+    for p in detailed:
+        info.add_metric([p.name, p.kind, p.parent, p.mems], 1)
+        requested.add_metric([p.name], p.requested_milli / 1000)
+        members.add_metric([p.name], len(p.containers))
+    if detailed:
+        yield from (info, requested, members)
 
 
 def registry(engine: StatsSource, transport: TransportSource | None = None) -> CollectorRegistry:

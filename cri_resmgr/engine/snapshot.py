@@ -18,6 +18,7 @@ from typing import Any
 from cri_resmgr.config import Config
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.policy.api import Policy
+from cri_resmgr.policy.usage import PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.topology.model import UNKNOWN
@@ -79,6 +80,8 @@ class EngineState:
     topology: TopologySummary | None  # None: not discovered (the none policy)
     pools: tuple[tuple[str, CPUSet], ...]
     containers: tuple[ContainerState, ...]
+    # Every pool as the policy reports it (kind, parent, members...: balloons, a pool tree).
+    pool_usage: tuple[PoolUsage, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
@@ -86,7 +89,14 @@ class EngineState:
         return {"format": FORMAT, "version": VERSION, "policy": self.policy, "dry_run": self.dry_run,
                 "config": config, "topology": None if self.topology is None else self.topology.to_document(),
                 "pools": {name: str(cpus) for name, cpus in self.pools},
+                "pool_table": [_pool_row(p) for p in self.pool_usage],
                 "containers": [c.to_document() for c in self.containers]}
+
+
+def _pool_row(p: PoolUsage) -> dict[str, Any]:
+    return {"name": p.name, "kind": p.kind, "parent": p.parent, "cpus": str(p.cpus),
+            "exclusive_cpus": str(p.exclusive), "shared_cpus": str(p.shared), "mems": p.mems,
+            "containers": len(p.containers), "requested_milli": p.requested_milli}
 
 
 def summarise(topo: Topology) -> TopologySummary:
@@ -109,7 +119,8 @@ def summarise(topo: Topology) -> TopologySummary:
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop)."""
-    pools: Mapping[str, CPUSet] = policy.usage().pool_cpus() if policy is not None else {}
+    usage = policy.usage() if policy is not None else None
+    pools: Mapping[str, CPUSet] = usage.pool_cpus() if usage is not None else {}
     containers = []
     for c in cache or ():
         w = c.workload
@@ -125,7 +136,8 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
             mems=resources.cpuset_mems if resources is not None else None))
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
-                       pools=tuple(sorted(pools.items())), containers=tuple(containers))
+                       pools=tuple(sorted(pools.items())), containers=tuple(containers),
+                       pool_usage=usage.pools if usage is not None else ())
 
 
 def _known(value: int) -> int | None:

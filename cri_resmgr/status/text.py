@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cri_resmgr.status.view import Cell, Row, View
+from cri_resmgr.status.view import POOL_HEADERS, Cell, PoolRow, Row, View
 
 # Exclusive holders cycle through these (SGR codes); pools have fixed ones.
 HOLDER_COLOURS = ("1;36", "1;35", "1;34", "1;31", "1;32", "1;33")
@@ -31,6 +31,9 @@ def render(view: View, colour: bool = False) -> str:
     if view.offline:
         lines.append(f"Offline CPUs: {view.offline}")
     lines.append("Pools: " + (", ".join(f"{name} {cpus}" for name, cpus in view.pools) or "none (policy none)"))
+    if view.pool_table:
+        lines.append("")
+        lines += _pool_lines(view.pool_table)
     lines.append("")
     lines += _table(view.containers, colour) if view.containers else ["No containers."]
     return "\n".join(lines)
@@ -48,6 +51,13 @@ def _table(rows: Sequence[Row], colour: bool) -> list[str]:
             text = _paint(first, HOLDER_COLOURS[(n - 1) % len(HOLDER_COLOURS)], colour) + text[len(first):]
         out.append(text)
     return out
+
+
+def _pool_lines(pools: Sequence[PoolRow]) -> list[str]:
+    cells = [POOL_HEADERS] + [(p.name, p.kind, p.parent, p.cpus, p.runs_on, p.mems, str(p.containers), p.requested)
+                              for p in pools]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(POOL_HEADERS))]
+    return ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
 
 
 def _colour(cell: Cell) -> str:

@@ -4,7 +4,10 @@ A CPU is held by the container(s) with it exclusive; otherwise it is marked with
 pools it is in (shared, reserved: under the static policy the reserved CPUs are in
 the shared pool too, unless StrictReservation), isolated (the kernel's isolcpus, unused
 by the relay), idle (online, in no pool: not available to the policy, or no policy in
-force) or offline.
+force) or offline. Under policies with many pools (balloons, a pool tree) a CPU in none
+of those is marked with the smallest other pool that holds it (`dataplane[0]`), and the
+pool table lists each pool with its kind, parent, CPUs, memory nodes, containers and
+requested CPU.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from cri_resmgr.topology.cpuset import CPUSet
 
 # Pool names of the policies (policy/pools.py) that mark a CPU, in the order they are named.
 MARKED_POOLS = ("shared", "reserved", "isolated")
+# Not a pool a CPU belongs to: every exclusive CPU, whatever its pool (pool_cpus()).
+NOT_MARKING = frozenset({"exclusive"})
 IDLE = "idle"
 OFFLINE = "offline"
 
@@ -49,6 +54,22 @@ class Row:
     id: str
 
 
+@dataclass(frozen=True)
+class PoolRow:
+    """One pool of the document's pool table."""
+
+    name: str
+    kind: str
+    parent: str
+    cpus: str
+    runs_on: str  # what its containers run on (its shared CPUs, lent ones included)
+    mems: str
+    containers: int
+    requested: str
+
+
+POOL_HEADERS = ("POOL", "KIND", "PARENT", "CPUS", "RUNS ON", "MEMS", "CONTAINERS", "REQUESTED")
+
 Cores = tuple[tuple[int | None, tuple[Cell, ...]], ...]
 Machine = tuple[tuple[int | None, tuple[tuple[int, Cores], ...]], ...]
 
@@ -63,6 +84,7 @@ class View:
     offline: str
     pools: tuple[tuple[str, str], ...]
     containers: tuple[Row, ...]
+    pool_table: tuple[PoolRow, ...] = ()  # only when some pool has a kind (balloons, a pool tree)
 
 
 def build(doc: Mapping[str, Any]) -> View:
@@ -76,25 +98,39 @@ def build(doc: Mapping[str, Any]) -> View:
         for cpu in CPUSet.parse(c["exclusive_cpus"]):
             holders.setdefault(cpu, i)  # a CPU given twice would be a bug; the table shows both
     pools = {name: CPUSet.parse(cpus) for name, cpus in doc["pools"].items()}
+    others = sorted(((len(c), n, c) for n, c in pools.items() if n not in MARKED_POOLS and n not in NOT_MARKING))
     topo = doc.get("topology")
     machine: Machine = ()
     offline = ""
     if topo is not None:
         machine = tuple((pkg["id"], tuple((node["id"], tuple(
-            (core["id"], tuple(_cell(cpu, holders, rows, pools) for cpu in core["cpus"])) for core in node["cores"]))
-            for node in pkg["nodes"])) for pkg in topo["packages"])
+            (core["id"], tuple(_cell(cpu, holders, rows, pools, others) for cpu in core["cpus"]))
+            for core in node["cores"])) for node in pkg["nodes"])) for pkg in topo["packages"])
         offline = topo["offline"]
     config = doc.get("config") or {}
     return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
                 machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
-                containers=rows)
+                containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()))
 
 
-def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet]) -> Cell:
+def _pool_table(table: Sequence[Mapping[str, Any]]) -> tuple[PoolRow, ...]:
+    if not any(p.get("kind") for p in table):
+        return ()  # the simple policies' pools are all in the Pools line already
+    return tuple(PoolRow(name=p["name"], kind=p.get("kind") or "-", parent=p.get("parent") or "-",
+                         cpus=p.get("cpus") or "-", runs_on=p.get("shared_cpus") or "-", mems=p.get("mems") or "-",
+                         containers=int(p.get("containers", 0)), requested=_milli(int(p.get("requested_milli", 0))))
+                 for p in table)
+
+
+def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet],
+          others: Sequence[tuple[int, str, CPUSet]] = ()) -> Cell:
     holder = holders.get(cpu)
     if holder is not None:
         return Cell(cpu, rows[holder].short, holder)
     marks = [name for name in MARKED_POOLS if cpu in pools.get(name, CPUSet())]
+    if not marks:
+        # The smallest other pool holding it: a balloon, or the leaf of a pool tree.
+        marks = [name for _, name, cpus in others if cpu in cpus][:1]
     return Cell(cpu, "/".join(marks) or IDLE, None)
 
 

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|webhook ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|balloons|webhook ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -8,6 +8,8 @@ Sections:
            (tests.bench.policy)
   allocator  one CPU allocation on 512 CPUs, 1000 containers; p99 target 2 ms
            (tests.bench.allocator)
+  balloons  balloons decisions, 100 balloons / 1000 containers / 512 CPUs, knock-on
+           updates included; p99 target 2 ms (tests.bench.balloons)
   webhook  admission reviews/s and latency over TLS (tests.bench.webhook)
 
 A section that fails is reported with its error and the others still run; the
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.bench import allocator as bench_allocator
+from tests.bench import balloons as bench_balloons
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
 from tests.bench.relay import format_table
@@ -106,6 +109,7 @@ SECTIONS: dict[str, Section] = {
     "relay": Section("relay", _run_relay, bench_relay.format_result),
     "policy": Section("policy", _run_policy, _format_policy),
     "allocator": Section("allocator", lambda log: bench_allocator.run(), bench_allocator.format_result),
+    "balloons": Section("balloons", lambda log: bench_balloons.run(), bench_balloons.format_result),
     "webhook": Section("webhook", _run_webhook, _format_webhook),
 }
 

@@ -1,0 +1,217 @@
+"""The `balloons` policy: named CPU pools that inflate and deflate with their containers.
+
+A container goes to a balloon of its type (assign.py): an existing one with
+room, else a new one if MaxBalloons allows, else the one with the most room.
+The balloon then takes its size: the sum of its containers' CPU requests
+rounded up, within [MinCPUs, MaxCPUs] (sizing.py). Every member of a resized
+balloon, and of balloons whose lent idle CPUs changed (idle.py), gets the new
+cpuset in the decision's `others`. A request no balloon can hold is placed
+best-effort and the decision carries a warning (logged and counted by the
+engine); kubelet's call never fails for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
+from cri_resmgr.policy.balloons.assign import Balloon, namespace_ok, preference, type_for
+from cri_resmgr.policy.balloons.book import Book
+from cri_resmgr.policy.balloons.restore import LiveDetails, restore
+from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
+from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, parse_config
+from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.pools import checked_cpus
+from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
+from cri_resmgr.topology.cpuallocator import AllocationError
+from cri_resmgr.topology.cpuset import CPUSet
+
+__all__ = ["BalloonsPolicy", "NAME", "DESCRIPTION"]
+
+NAME = "balloons"
+DESCRIPTION = "balloons: named CPU pools that inflate and deflate with their containers' requests"
+
+
+class BalloonsPolicy:
+    name = NAME
+
+    def __init__(self, context: PolicyContext) -> None:
+        self._config = parse_config(context.options)
+        available, reserved = checked_cpus(context)
+        assignable = available - reserved
+        if not assignable:
+            raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
+                                   "reserved; none left for balloons")
+        self._topology = context.topology
+        self._book = Book(self._config, Nearness(context.topology), assignable, reserved)
+        self._check_minimums()
+        self._book.clear()
+        self._create_minimums()
+        self._book.refresh(set(self._book.balloons.values()), self._book.free)
+
+    @property
+    def config(self) -> tuple[BalloonType, ...]:
+        return self._config.types
+
+    def _check_minimums(self) -> None:
+        """MinBalloons x MinCPUs of all types must fit in the CPUs balloons are made of."""
+        book = self._book
+        threads = self._topology.threads_per_core()
+        need = sum(t.min_balloons * t.min_cpus * (threads if t.hide_hyperthreads else 1)
+                   for t in self._config.types if t.name != RESERVED)
+        if need > len(book.assignable):
+            raise ConfigValueError(
+                f"{SECTION}.BalloonTypes: MinBalloons x MinCPUs of all types need {need} CPUs but only "
+                f"{len(book.assignable)} are available to balloons ({book.assignable})")
+
+    def _create_minimums(self) -> None:
+        book = self._book
+        for t in self._config.types:
+            if t.name == RESERVED:
+                continue
+            while len(book.by_type[t.name]) < t.min_balloons:
+                try:
+                    book.new_balloon(t, t.min_cpus)
+                except AllocationError as e:
+                    raise ConfigValueError(f"{SECTION}.BalloonTypes: {t.name}: MinBalloons "
+                                           f"{t.min_balloons} cannot be created: {e}") from None
+
+    # -- placing -------------------------------------------------------------------------------
+
+    def allocate(self, workload: Workload) -> Decision:
+        book = self._book
+        if workload.key in book.member:
+            raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
+        old_free = book.free
+        t, warning = type_for(self._config, workload, bool(book.reserved))
+        b, short = self._choose(t, workload)
+        b.members[workload.key] = workload
+        b.requested += workload.cpu_request
+        book.member[workload.key] = b
+        before = b.cpus
+        lacking = book.resize(b)
+        changed = {b} if b.cpus != before or b.resources is None else set()
+        changed.add(b)
+        if short or lacking:
+            unit = "cores" if b.type.hide_hyperthreads else "CPUs"
+            note = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
+                    f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
+                    f"({book.size(b)} {unit}, {b.requested}m requested)")
+            warning = f"{warning}; {note}" if warning else note
+        others = book.refresh(changed, old_free, workload.key)
+        return Decision(resources=b.resources, others=others, warning=warning)
+
+    def _choose(self, t: BalloonType, w: Workload) -> tuple[Balloon, bool]:
+        """The balloon for `w` (created if need be) and whether it is a best-effort pick."""
+        book = self._book
+        mine = book.by_type[t.name]
+        if t.name == RESERVED:
+            return mine[0], False
+        free = book.free_units(t)
+        fitting: list[tuple[tuple[int, ...], Balloon]] = []
+        for b in mine:
+            need = book.needed(b, w.cpu_request, 1)
+            growth = max(need - book.size(b), 0)
+            if (t.max_cpus is None or need <= t.max_cpus) and growth <= free and namespace_ok(t, b, w):
+                fitting.append((preference(t, b, w, growth), b))
+        first = max(cpus_for_request(w.cpu_request, 1), t.min_cpus)
+        can_new = (t.can_add_balloon(len(mine)) and first <= free
+                   and (t.max_cpus is None or first <= t.max_cpus))
+        if can_new and (t.prefer_new or not fitting):
+            return book.new_balloon(t, 0), False
+        if fitting:
+            return min(fitting, key=lambda item: item[0])[1], False
+        return self._best_effort(t, w), True
+
+    def _best_effort(self, t: BalloonType, w: Workload) -> Balloon:
+        """No balloon can hold the request: the type's balloon with the most room left,
+        a new one if some CPUs are free, else the default balloon."""
+        book = self._book
+        free = book.free_units(t)
+        mine = [b for b in book.by_type[t.name] if book.size(b) > 0 or free > 0]
+        if mine:
+            def room(b: Balloon) -> tuple[int, int]:
+                cap = book.size(b) + free
+                if t.max_cpus is not None:
+                    cap = min(cap, t.max_cpus)
+                return (cap * 1000 - b.requested, -b.index)
+            return max(mine, key=room)
+        if t.can_add_balloon(len(book.by_type[t.name])) and free >= max(t.min_cpus, 1):
+            return book.new_balloon(t, 0)
+        default = book.by_type[DEFAULT]
+        return max(default, key=lambda b: (book.size(b) * 1000 - b.requested, -b.index))
+
+    def release(self, key: str) -> Decision:
+        book = self._book
+        b = book.member.pop(key, None)
+        if b is None:
+            return Decision()
+        old_free = book.free
+        w = b.members.pop(key)
+        b.requested -= w.cpu_request
+        changed = {b}
+        if not b.members and not book.is_fixed(b) and len(book.by_type[b.type.name]) > b.type.min_balloons:
+            book.remove_balloon(b)
+            changed.discard(b)
+        else:
+            book.resize(b)
+        book.regrow_short(changed)
+        return Decision(others=book.refresh(changed, old_free, key))
+
+    # -- restoring -------------------------------------------------------------------------------
+
+    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+        return restore(self, items)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def resources(self, key: str) -> Resources | None:
+        b = self._book.member.get(key)
+        return None if b is None else b.resources
+
+    def assignment(self, key: str) -> Assignment | None:
+        b = self._book.member.get(key)
+        return None if b is None else self._assignment(b)
+
+    def assignments(self) -> Mapping[str, Assignment]:
+        out: dict[str, Assignment] = {}
+        for b in self._book.balloons.values():
+            if b.members:
+                a = self._assignment(b)
+                out.update(dict.fromkeys(b.members, a))
+        return out
+
+    def balloons(self) -> tuple[Balloon, ...]:
+        """The balloons (live objects: for tests, benchmarks and diagnostics; do not change)."""
+        return tuple(self._book.balloons.values())
+
+    def balloon_of(self, key: str) -> Balloon | None:
+        return self._book.member.get(key)
+
+    @property
+    def free(self) -> CPUSet:
+        """CPUs in no balloon (idle; maybe lent)."""
+        return self._book.free
+
+    @property
+    def book(self) -> Book:
+        return self._book
+
+    def usage(self) -> PolicyUsage:
+        book = self._book
+        pools = []
+        for b in book.balloons.values():
+            res = b.resources
+            pools.append(PoolUsage(
+                name=b.name, cpus=b.cpus, exclusive=CPUSet(), shared=res.cpuset_cpus if res else CPUSet(),
+                kind=b.type.name, mems=(res.cpuset_mems or "") if res else "",
+                containers=tuple(b.members), requested_milli=b.requested))
+        members = {b.name: len(b.members) for b in book.balloons.values()}
+        return PolicyUsage(tuple(pools), book.free, {}, members)
+
+
+    def _assignment(self, b: Balloon) -> Assignment:
+        details = LiveDetails(balloon=b.name, type=b.type.name, cpus=str(b.cpus))
+        if self._book.short(b):
+            details["short"] = True  # placed best-effort: not enough CPUs for its requests
+        return Assignment(pool=b.name, details=details)

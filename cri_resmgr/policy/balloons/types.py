@@ -1,0 +1,263 @@
+"""Balloon types from the policy's configuration section, checked key by key.
+
+    policy:
+      Active: balloons
+      balloons:
+        PinMemory: true                 # default for every type
+        ReservedPoolNamespaces: [kube-system, "monitoring-*"]
+        BalloonTypes:
+          - Name: dataplane
+            Namespaces: [dpdk]
+            MatchExpressions: [{key: app, operator: In, values: [upf]}]
+            MinCPUs: 2
+            MaxCPUs: 8
+            MinBalloons: 1
+            MaxBalloons: 2
+            HideHyperthreads: true
+            AllocatorPriority: performance
+          - Name: batch
+            ShareIdleCPUsInSame: l3cache
+
+Two types always exist: `reserved` (the reserved CPUs; the reserved namespaces
+and kube-system) and `default` (whatever matches nothing). A BalloonTypes entry
+with one of those names configures the built-in type. Every error is a
+ConfigValueError whose message starts with the full key, e.g.
+`policy.balloons.BalloonTypes[1].MinCPUs: ...`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cri_resmgr.policy.api import Workload
+from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
+from cri_resmgr.policy.pools import option_bool
+from cri_resmgr.topology.model import Level
+
+__all__ = [
+    "BalloonType", "BalloonsConfig", "parse_config", "RESERVED", "DEFAULT", "SECTION",
+    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS",
+]
+
+SECTION = "policy.balloons"
+RESERVED = "reserved"
+DEFAULT = "default"
+
+Priority = Literal["performance", "efficiency", "none"]
+_PRIORITIES: dict[str, Priority] = {
+    "performance": "performance", "high": "performance",
+    "efficiency": "efficiency", "efficient": "efficiency", "low": "efficiency",
+    "none": "none", "normal": "none", "": "none",
+}
+
+# ShareIdleCPUsInSame value -> the topology level whose groups bound the sharing
+# (None: the whole machine).
+SHARE_LEVELS: dict[str, Level | None] = {
+    "system": None, "package": "package", "die": "die", "numa": "node",
+    "l3cache": "l3", "core": "core",
+}
+
+POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces")
+TYPE_OPTIONS = (
+    "Name", "Namespaces", "MatchExpressions", "MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons",
+    "AllocatorPriority", "PreferSpreadingPods", "PreferNewBalloons", "PreferPerNamespaceBalloon",
+    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass",
+)
+# The reserved balloon is the reserved CPUs, exactly one of it: nothing sizes it.
+_RESERVED_FIXED = ("MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons", "HideHyperthreads",
+                   "AllocatorPriority", "PreferNewBalloons", "PreferSpreadingPods",
+                   "PreferPerNamespaceBalloon")
+
+
+@dataclass(frozen=True)
+class BalloonType:
+    name: str
+    namespaces: tuple[str, ...] = ()  # shell globs
+    match: tuple[Expression, ...] = ()  # all must hold
+    min_cpus: int = 0
+    max_cpus: int | None = None  # None: no limit
+    min_balloons: int = 0
+    max_balloons: int | None = None  # None: no limit
+    priority: Priority = "none"
+    spread_pods: bool = False  # containers of one pod in different balloons
+    prefer_new: bool = False  # a new balloon before an existing one with room
+    per_namespace: bool = False  # a balloon holds containers of one namespace
+    share_idle: str | None = None  # a SHARE_LEVELS key
+    hide_hyperthreads: bool = False
+    pin_memory: bool = True
+    cpu_class: str = ""
+    order: int = 0  # position in BalloonTypes: matching tries types in this order
+    configured: bool = field(default=False, compare=False)
+
+    def matches(self, w: Workload) -> bool:
+        """The type's Namespaces or MatchExpressions select the container."""
+        from fnmatch import fnmatchcase
+
+        if any(fnmatchcase(w.namespace, glob) for glob in self.namespaces):
+            return True
+        return bool(self.match) and all(e.evaluate(w) for e in self.match)
+
+    def clamp(self, n: int) -> int:
+        """`n` CPUs brought within [MinCPUs, MaxCPUs]."""
+        n = max(n, self.min_cpus)
+        return n if self.max_cpus is None else min(n, self.max_cpus)
+
+    def can_add_balloon(self, count: int) -> bool:
+        return self.max_balloons is None or count < self.max_balloons
+
+
+@dataclass(frozen=True)
+class BalloonsConfig:
+    types: tuple[BalloonType, ...]  # matching order; reserved and default included
+    reserved_namespaces: tuple[str, ...]
+
+    def type(self, name: str) -> BalloonType | None:
+        for t in self.types:
+            if t.name == name:
+                return t
+        return None
+
+    @property
+    def reserved(self) -> BalloonType:
+        t = self.type(RESERVED)
+        assert t is not None
+        return t
+
+    @property
+    def default(self) -> BalloonType:
+        t = self.type(DEFAULT)
+        assert t is not None
+        return t
+
+
+def parse_config(options: Mapping[str, Any], section: str = SECTION) -> BalloonsConfig:
+    """The policy's option section as a BalloonsConfig; raises ConfigValueError naming the key."""
+    for name in options:
+        if name not in POLICY_OPTIONS:
+            raise ConfigValueError(f"{section}.{name}: unknown option (known: {', '.join(POLICY_OPTIONS)})")
+    pin = option_bool(options, "PinMemory", section.removeprefix("policy."), default=True)
+    reserved_ns = _globs(options.get("ReservedPoolNamespaces", ["kube-system"]),
+                         f"{section}.ReservedPoolNamespaces")
+    raw = options.get("BalloonTypes", [])
+    if raw is None:
+        raw = []
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {raw!r}")
+    parsed: dict[str, BalloonType] = {}
+    for i, entry in enumerate(raw):
+        where = f"{section}.BalloonTypes[{i}]"
+        if isinstance(entry, Mapping) and entry.get("Name") == DEFAULT:
+            entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
+        t = parse_type(entry, where, pin, i)
+        if t.name in parsed:
+            raise ConfigValueError(f"{where}.Name: balloon type {t.name!r} is defined twice")
+        parsed[t.name] = t
+    count = len(parsed)
+    reserved = parsed.pop(RESERVED, None) or BalloonType(RESERVED, pin_memory=pin)
+    reserved = _fixed_reserved(reserved)
+    default = parsed.pop(DEFAULT, None) or BalloonType(DEFAULT, pin_memory=pin, min_balloons=1, max_balloons=1)
+    default = _sane_default(default)
+    user = sorted(parsed.values(), key=lambda t: t.order)
+    types = (reserved, *user, _reordered(default, count))
+    return BalloonsConfig(types=types, reserved_namespaces=reserved_ns)
+
+
+def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0) -> BalloonType:
+    if not isinstance(entry, Mapping):
+        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {entry!r}")
+    for key in entry:
+        if key not in TYPE_OPTIONS:
+            raise ConfigValueError(f"{where}.{key}: unknown balloon type option (known: {', '.join(TYPE_OPTIONS)})")
+    name = entry.get("Name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigValueError(f"{where}.Name: missing (every balloon type needs a name)")
+    if any(ch in name for ch in "[]/ ") or name != name.strip():
+        raise ConfigValueError(f"{where}.Name: {name!r} may not contain spaces, '/', '[' or ']'")
+    if name == RESERVED:
+        fixed = [k for k in _RESERVED_FIXED if k in entry]
+        if fixed:
+            raise ConfigValueError(f"{where}.{fixed[0]}: the reserved balloon is the reserved CPUs "
+                                   "(policy.ReservedResources); it cannot be sized or multiplied")
+    try:
+        match = parse_list(entry.get("MatchExpressions"), f"{where}.MatchExpressions")
+    except ExpressionError as e:
+        raise ConfigValueError(str(e)) from None
+    min_cpus = _count(entry, "MinCPUs", where, 0)
+    max_cpus = _count(entry, "MaxCPUs", where, None)
+    if max_cpus is not None and max_cpus < max(min_cpus, 1):
+        raise ConfigValueError(f"{where}.MaxCPUs: {max_cpus} is below MinCPUs ({min_cpus}) or 1")
+    min_balloons = _count(entry, "MinBalloons", where, 0)
+    max_balloons = _count(entry, "MaxBalloons", where, None)
+    if max_balloons is not None and (max_balloons < min_balloons or max_balloons == 0):
+        raise ConfigValueError(f"{where}.MaxBalloons: {max_balloons} is below MinBalloons ({min_balloons}) or 1")
+    priority_raw = entry.get("AllocatorPriority", "none")
+    priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
+    if priority is None:
+        raise ConfigValueError(f"{where}.AllocatorPriority: {priority_raw!r} is not one of "
+                               "performance, efficiency, none")
+    share = entry.get("ShareIdleCPUsInSame")
+    if share is not None:
+        if not isinstance(share, str) or share.strip().lower() not in SHARE_LEVELS:
+            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {share!r} is not one of "
+                                   f"{', '.join(SHARE_LEVELS)}")
+        share = share.strip().lower()
+    cpu_class = entry.get("CpuClass", "")
+    if not isinstance(cpu_class, str):
+        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {cpu_class!r}")
+    section = where.removeprefix("policy.")
+    return BalloonType(
+        name=name,
+        namespaces=_globs(entry.get("Namespaces", []), f"{where}.Namespaces"),
+        match=match,
+        min_cpus=min_cpus, max_cpus=max_cpus, min_balloons=min_balloons, max_balloons=max_balloons,
+        priority=priority,
+        spread_pods=option_bool(entry, "PreferSpreadingPods", section),
+        prefer_new=option_bool(entry, "PreferNewBalloons", section),
+        per_namespace=option_bool(entry, "PreferPerNamespaceBalloon", section),
+        share_idle=share,
+        hide_hyperthreads=option_bool(entry, "HideHyperthreads", section),
+        pin_memory=option_bool(entry, "PinMemory", section, default=pin_default),
+        cpu_class=cpu_class, order=order, configured=True,
+    )
+
+
+def _fixed_reserved(t: BalloonType) -> BalloonType:
+    from dataclasses import replace
+
+    return replace(t, min_balloons=1, max_balloons=1, order=-1)
+
+
+def _sane_default(t: BalloonType) -> BalloonType:
+    """The default balloon always exists: unmatched containers, and those no balloon of
+    their type can take, must have somewhere to run."""
+    from dataclasses import replace
+
+    return replace(t, min_balloons=max(t.min_balloons, 1))
+
+
+def _reordered(t: BalloonType, last: int) -> BalloonType:
+    from dataclasses import replace
+
+    return replace(t, order=last)
+
+
+def _count(entry: Mapping[str, Any], key: str, where: str, default: int | None) -> Any:
+    value = entry.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {value!r}")
+    if key in ("MaxCPUs", "MaxBalloons") and value == 0:
+        return None  # 0 means no limit, as in the original policy
+    return value
+
+
+def _globs(value: Any, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {value!r}")
+    return tuple(value)
