@@ -183,3 +183,49 @@ def test_live_reconfiguration_resizes_real_cpusets_or_is_refused(containerd, cgr
         k.delete_all_pods()
         k.close()
         relay.stop()
+
+
+def test_status_and_metrics_show_the_balloons(containerd, cgroup_root, workdir):
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.e2e.test_status_containerd import _free_port, _matches_cgroups, _status
+
+    cfg = workdir / "config.yaml"
+    cfg.write_text(CONFIG)
+    port = _free_port()
+    relay = RelayProcess(workdir, str(containerd.socket),
+                         ["-force-config", str(cfg), "-metrics-address", f"127.0.0.1:{port}"]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        k.start_pod(pod("a", "500m", namespace="alpha"))
+        k.start_pod(pod("b", "250m", balloon="beta"))
+        deadline = time.monotonic() + 20
+        while True:  # the lent CPU is taken back by an update after the create
+            doc = json.loads(_status(port, "-o", "json"))
+            if not _matches_cgroups(k, doc) and len(doc["containers"]) == 2:
+                break
+            assert time.monotonic() < deadline, _matches_cgroups(k, doc)
+            time.sleep(0.2)
+        table = {p["name"]: p for p in doc["pool_table"]}
+        assert (table["alpha[0]"]["kind"], table["alpha[0]"]["containers"], table["alpha[0]"]["requested_milli"]) \
+            == ("alpha", 1, 500)
+        assert (table["beta[0]"]["kind"], table["beta[0]"]["requested_milli"]) == ("beta", 250)
+        assert {c["pool"] for c in doc["containers"]} == {"alpha[0]", "beta[0]"}
+        text = _status(port)
+        assert f"CPU {CPUSet.parse(table['beta[0]']['cpus']).min()} beta[0]" in text
+        assert any(line.split()[:2] == ["alpha[0]", "alpha"] for line in text.splitlines())
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        fams = {f.name: f for f in text_string_to_metric_families(metrics)}
+        kinds = {s.labels["pool"]: s.labels["kind"] for s in fams["cri_resmgr_pool_info"].samples}
+        assert kinds["alpha[0]"] == "alpha" and kinds["beta[0]"] == "beta"
+        requested = {s.labels["pool"]: s.value for s in fams["cri_resmgr_pool_requested_cpus"].samples}
+        assert requested["alpha[0]"] == 0.5 and requested["beta[0]"] == 0.25
+        cpus = {s.labels["pool"]: s.value for s in fams["cri_resmgr_pool_cpus"].samples}
+        assert cpus["alpha[0]"] == 1 and cpus["beta[0]"] == 1
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()

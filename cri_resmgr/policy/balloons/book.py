@@ -176,5 +176,6 @@ class Book:
             b.resources = new = self.compute(b)
             if new != old and new is not None and b.members:
                 others.update(dict.fromkeys(b.members, new))
-        others.pop(subject, None) if subject is not None else None
+        if subject is not None:
+            others.pop(subject, None)
         return others

@@ -88,17 +88,14 @@ class BalloonsPolicy:
         b.members[workload.key] = workload
         b.requested += workload.cpu_request
         book.member[workload.key] = b
-        before = b.cpus
         lacking = book.resize(b)
-        changed = {b} if b.cpus != before or b.resources is None else set()
-        changed.add(b)
         if short or lacking:
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
             note = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
                     f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
                     f"({book.size(b)} {unit}, {b.requested}m requested)")
             warning = f"{warning}; {note}" if warning else note
-        others = book.refresh(changed, old_free, workload.key)
+        others = book.refresh({b}, old_free, workload.key)
         return Decision(resources=b.resources, others=others, warning=warning)
 
     def _choose(self, t: BalloonType, w: Workload) -> tuple[Balloon, bool]:

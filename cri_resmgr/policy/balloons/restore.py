@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from cri_resmgr.policy.api import Assignment, Decision, PolicyError, Resources, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, type_for
-from cri_resmgr.policy.balloons.types import RESERVED
+from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED
 from cri_resmgr.policy.pools import duplicate_keys
 from cri_resmgr.topology.cpuallocator import AllocationError
 from cri_resmgr.topology.cpuset import CPUSet
@@ -134,7 +134,8 @@ def _worse(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | None
         t, _ = type_for(book.config, w, bool(book.reserved))
         if b is None:
             continue
-        if b.type.name != t.name:
+        if b.type.name != t.name and a.details.get("type") != DEFAULT:
+            # (in default before: it may have been placed there best-effort already)
             problems.append(f"{w} ({w.key}) belongs to {t.name} but no {t.name} balloon can hold it")
         elif book.short(b):
             problems.append(f"{w} ({w.key}) in {b.name}: {book.size(b)} of the {book.needed(b, 0, 0)} "

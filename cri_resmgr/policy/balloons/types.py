@@ -28,7 +28,8 @@ ConfigValueError whose message starts with the full key, e.g.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from cri_resmgr.policy.api import Workload
@@ -94,8 +95,6 @@ class BalloonType:
 
     def matches(self, w: Workload) -> bool:
         """The type's Namespaces or MatchExpressions select the container."""
-        from fnmatch import fnmatchcase
-
         if any(fnmatchcase(w.namespace, glob) for glob in self.namespaces):
             return True
         return bool(self.match) and all(e.evaluate(w) for e in self.match)
@@ -225,22 +224,16 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
 
 
 def _fixed_reserved(t: BalloonType) -> BalloonType:
-    from dataclasses import replace
-
     return replace(t, min_balloons=1, max_balloons=1, order=-1)
 
 
 def _sane_default(t: BalloonType) -> BalloonType:
     """The default balloon always exists: unmatched containers, and those no balloon of
     their type can take, must have somewhere to run."""
-    from dataclasses import replace
-
     return replace(t, min_balloons=max(t.min_balloons, 1))
 
 
 def _reordered(t: BalloonType, last: int) -> BalloonType:
-    from dataclasses import replace
-
     return replace(t, order=last)
 
 

@@ -141,14 +141,14 @@ def run_random(make, seed: int, steps: int, check_every: int = 1) -> dict:
     counter = 0
     for step in range(steps):
         roll = rng.random()
-        if model.workloads and roll < 0.35:
+        if model.workloads and roll < 0.33:
             key = rng.choice(sorted(model.workloads))
             before = {k: p.resources(k) for k in model.workloads if k != key}
             d = p.release(key)
             del model.workloads[key], model.applied[key]
             apply(p, model, d, before, key)
             stats["removed"] += 1
-        elif model.workloads and roll < 0.38:
+        elif model.workloads and roll < 0.36:
             saved = {k: Assignment.from_json(a.to_json()) for k, a in p.assignments().items()}
             p = make()
             d = p.restore([(w, saved[k]) for k, w in model.workloads.items()])
@@ -165,7 +165,7 @@ def run_random(make, seed: int, steps: int, check_every: int = 1) -> dict:
                     assert (res.cpuset_cpus & own) == (old & own), (key, res, old)
             model.applied = dict(d.others)
             stats["restarts"] += 1
-        elif model.workloads and roll < 0.40:
+        elif model.workloads and roll < 0.38:
             saved = {k: Assignment.from_json(a.to_json()) for k, a in p.assignments().items()}  # from a file
             keys = sorted(saved)
             damaged = {}
@@ -187,6 +187,15 @@ def run_random(make, seed: int, steps: int, check_every: int = 1) -> dict:
             assert set(d.others) == set(keys)
             model.applied = dict(d.others)
             stats["damaged"] += 1
+        elif model.workloads and roll < 0.40:
+            # Live reconfiguration to the same configuration: accepted, and nothing moves.
+            live = dict(p.assignments())
+            p = make()
+            d = p.restore([(w, live[k]) for k, w in model.workloads.items()])
+            assert {k: a.details["cpus"] for k, a in p.assignments().items()} == \
+                {k: a.details["cpus"] for k, a in live.items()}
+            model.applied = dict(d.others)
+            stats["live"] = stats.get("live", 0) + 1
         elif model.workloads and roll < 0.41:
             key = rng.choice(sorted(model.workloads))
             try:

@@ -276,3 +276,25 @@ def test_4096_cpus():
     for b in p.balloons():
         if b.type.name == "dataplane":
             assert len(topo.nodes_of(b.cpus)) == 1, b.name  # 64 CPUs fit in a node
+
+
+def test_l3cache_sharing_lends_only_the_ccx_and_nothing_without_l3_data():
+    topo = machine(packages=1, dies=2, cores=4, l3_cores=2, threads=2)  # L3 = 2 cores = 4 CPUs
+    p = policy(topo, [{"Name": "b", "Namespaces": ["b"], "ShareIdleCPUsInSame": "l3cache"}], reserved="cpuset:0")
+    d = p.allocate(wl("a", 1000, "b"))
+    own = p.balloon_of("a").cpus
+    l3 = CPUSet(c for c in topo.online if topo.cpu(c).l3 == topo.cpu(own.min()).l3)
+    assert d.resources.cpuset_cpus == own | (l3 & p.free)
+    flat = machine(cores=4, threads=2)  # no cache data: nothing to lend within
+    q = policy(flat, [{"Name": "b", "Namespaces": ["b"], "ShareIdleCPUsInSame": "l3cache"}], reserved="cpuset:0")
+    assert q.allocate(wl("a", 1000, "b")).resources.cpuset_cpus == q.balloon_of("a").cpus
+
+
+def test_hidden_hyperthreads_stay_hidden_in_lent_cpus():
+    topo = machine(cores=4, threads=2)
+    p = policy(topo, [{"Name": "b", "Namespaces": ["b"], "HideHyperthreads": True,
+                       "ShareIdleCPUsInSame": "system"}], reserved="cpuset:0-1")
+    d = p.allocate(wl("a", 1000, "b"))
+    seen = d.resources.cpuset_cpus
+    assert all(len(topo.siblings(c) & seen) == 1 for c in seen)
+    assert len(seen) == 3  # its core and one thread of each of the 2 idle cores

@@ -54,6 +54,7 @@ def test_random_sequences_hit_shortage_restarts_and_damage():
     assert sum(s["warned"] for s in stats) > 0
     assert sum(s["restarts"] for s in stats) > 0
     assert sum(s["damaged"] for s in stats) > 0
+    assert sum(s.get("live", 0) for s in stats) > 0
 
 
 @pytest.mark.parametrize("seed", range(3))
