@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|webhook ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|webhook|topology-aware ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -9,6 +9,9 @@ Sections:
   allocator  one CPU allocation on 512 CPUs, 1000 containers; p99 target 2 ms
            (tests.bench.allocator)
   webhook  admission reviews/s and latency over TLS (tests.bench.webhook)
+  topology-aware  its decisions on 512 CPUs / 8 nodes / 1000 containers with the
+           knock-on updates (p99 target 2 ms) and their restore (target 1 s)
+           (tests.bench.topology_aware)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -33,6 +36,7 @@ from typing import Any
 from tests.bench import allocator as bench_allocator
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
+from tests.bench import topology_aware as bench_topology_aware
 from tests.bench.relay import format_table
 
 __all__ = ["SECTIONS", "Section", "run_sections", "main"]
@@ -107,6 +111,8 @@ SECTIONS: dict[str, Section] = {
     "policy": Section("policy", _run_policy, _format_policy),
     "allocator": Section("allocator", lambda log: bench_allocator.run(), bench_allocator.format_result),
     "webhook": Section("webhook", _run_webhook, _format_webhook),
+    "topology-aware": Section("topology-aware", lambda log: bench_topology_aware.run(),
+                              bench_topology_aware.format_result),
 }
 
 
