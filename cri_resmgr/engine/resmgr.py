@@ -470,6 +470,7 @@ class ResourceManager:
                 adopted += 1
             self._sync(changed)
             self._save()
+            self._timer.rearm()
         return {"gone": len(gone), "adopted": adopted}
 
     def _adopt(self, record: ContainerRecord) -> set[str]:

@@ -45,7 +45,7 @@ class PolicyTimer:
         deadline = self._next_deadline()
         if deadline == self._armed_for and (deadline is None or self._handle is not None):
             return
-        self.cancel()
+        self._disarm()
         if deadline is None:
             return
         try:
@@ -67,8 +67,15 @@ class PolicyTimer:
         except Exception:  # a timer must not die silently, nor take the relay down
             log.exception("policy timer failed")
 
-    def cancel(self) -> None:
+    def _disarm(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
         self._armed_for = None
+
+    def cancel(self) -> None:
+        """Stops the timer for good (the manager is retired or closed), a firing under way too."""
+        self._disarm()
+        self._next_deadline = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()

@@ -138,3 +138,23 @@ def test_start_up_with_containers_that_no_longer_fit_places_them_anew(engine_fac
     assert all(e.fake.cpuset(cid) and CPUSet.parse(e.fake.cpuset(cid)).issubset(CPUSet.parse("0-5"))
                for cid in e.fake.live())
     assert sum(len(a.exclusive) for a in assignments.values()) <= 5
+
+
+def test_cancelled_timer_stays_off():
+    class Timed:
+        def next_deadline(self):
+            return 0.0
+
+    async def fire():
+        raise AssertionError("a cancelled timer must not fire")
+
+    async def run():
+        t = PolicyTimer(Timed(), fire, clock=lambda: 1.0)
+        t.rearm()
+        assert t.armed_for == 0.0
+        t.cancel()
+        t.rearm()  # retired: stays off
+        assert t.armed_for is None
+        await asyncio.sleep(0.05)
+
+    asyncio.run(run())

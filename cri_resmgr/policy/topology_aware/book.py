@@ -36,6 +36,7 @@ class Member:
     mems: str | None
     cold_until: float | None = None  # wall-clock time its memory moves to DRAM
     resources: Resources | None = None  # fixed ones (exclusive, reserved); None: follows the pool
+    overcommitted: bool = False  # placed although no pool had its CPU request free
 
     @property
     def cls(self) -> CPUClass:

@@ -55,7 +55,9 @@ class Placer:
         pool = max(allowed, key=lambda p: (book.headroom(p), -p.index))
         extra = (f"{NAME}: {w} ({w.key}): no pool has {req.shared_milli}m CPU free; "
                  f"running it in pool {pool.name}, overcommitted")
-        return self.member(w, req, pool, CPUSet(), False), "; ".join(filter(None, (warning, extra)))
+        member = self.member(w, req, pool, CPUSet(), False)
+        member.overcommitted = True
+        return member, "; ".join(filter(None, (warning, extra)))
 
     def _exclusive(self, w: Workload, req: Request, affinity: Mapping[str, float]) -> Member | None:
         book, n, fraction = self.book, req.exclusive, req.shared_milli

@@ -224,6 +224,8 @@ def _assignment(m: Member) -> Assignment:
         details["mem_pool"] = m.mem_pool.name
     if m.cold_until is not None:
         details["cold_until"] = m.cold_until
+    if m.overcommitted:
+        details["overcommitted"] = True
     return Assignment(pool=m.pool.name if m.pool is not None else POOL_RESERVED, exclusive=m.exclusive,
                       details=details)
 

@@ -4,13 +4,15 @@ A saved assignment is kept when it still holds under the configuration in force:
 pool exists, the container's class and exclusive CPU count are what they were, its
 exclusive CPUs are still the pool's to give (not reserved, not taken twice) and taking
 them leaves the pool's shared containers enough; a shared container's pool still has
-room for it. Exclusive holders are kept first, then shared ones. The rest is placed
-anew, the biggest exclusive requests first.
+room for it (one placed overcommitted stays so while its pool has a shared CPU).
+Exclusive holders are kept first, then shared ones, then overcommitted ones. The rest is
+placed anew, the biggest exclusive requests first.
 
-Refused (PolicyError, the policy's state untouched) only when a container that held all
-the exclusive CPUs it asks for cannot get them again: the running containers do not
-fit. Anything else that cannot be honoured is placed best-effort with a warning, as on
-a create. The decision's `others` holds every restored container's resources.
+Refused (PolicyError, the policy's state untouched) only when the running containers do
+not fit: one that held all the exclusive CPUs it asks for cannot get them again, or one
+that had its CPU request would now run overcommitted. Anything else that cannot be
+honoured is placed best-effort with a warning, as on a create. The decision's `others`
+holds every restored container's resources.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment 
         raise PolicyError(f"{NAME}: restore lists containers more than once: {', '.join(dups)}")
     parsed = [(w, a, policy.request(w)) for w, a in items]
     kept: set[str] = set()
-    for exclusive_phase in (True, False):
+    for phase in range(3):
         for w, a, req in parsed:
-            if a is None or bool(a.exclusive) != exclusive_phase:
+            if a is None or _phase(a) != phase:
                 continue
             member = revive(policy, w, req, a)
             if member is not None:
@@ -52,9 +54,13 @@ def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment 
         decision = policy.allocate(w)
         if decision.warning:
             warnings.append(decision.warning)
-        got = policy.book.members[w.key].exclusive
-        if a is not None and req.exclusive and len(a.exclusive) == req.exclusive and len(got) < req.exclusive:
+        member = policy.book.members[w.key]
+        if a is None or not a.details:
+            continue  # new to the policy (or another policy's): best effort
+        if req.exclusive and len(a.exclusive) == req.exclusive and len(member.exclusive) < req.exclusive:
             refused.append(f"{w} ({w.key}) holds {req.exclusive} exclusive CPUs and could not get them again")
+        elif member.overcommitted and not a.details.get("overcommitted"):
+            refused.append(f"{w} ({w.key}) would run overcommitted: no pool has its CPU request free")
     if refused:
         raise PolicyError(f"{NAME}: the running containers do not fit: {'; '.join(refused)}")
     others: dict[str, Resources] = {}
@@ -63,6 +69,12 @@ def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment 
         if res is not None:
             others[w.key] = res
     return Decision(others=others, warning="; ".join(warnings) or None)
+
+
+def _phase(a: Assignment) -> int:
+    if a.exclusive:
+        return 0
+    return 2 if a.details.get("overcommitted") else 1
 
 
 def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment) -> Member | None:
@@ -88,8 +100,10 @@ def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment
         elif not (a.exclusive.issubset(book.shared[pool] - pool.reserved)
                   and book.can_take(pool, a.exclusive, req.shared_milli)):
             return None
-    elif pool is not None and not book.fits_shared(pool, req.shared_milli):
-        return None
+    elif pool is not None:
+        overcommitted = bool(details.get("overcommitted"))
+        if not (book.shared[pool] if overcommitted else book.fits_shared(pool, req.shared_milli)):
+            return None
     placer = policy.placer
     anchor = pool if pool is not None else placer.reserved_pool()
     mem_pool = tree.get(str(details.get("mem_pool", "")))
@@ -101,4 +115,4 @@ def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment
         mem_pool, kinds, cold_until = fresh.mem_pool, fresh.kinds, fresh.cold_until
     return Member(key=w.key, workload=w, request=req, pool=pool, exclusive=a.exclusive,
                   from_isolated=isolated and bool(a.exclusive), mem_pool=mem_pool, kinds=kinds, mems=None,
-                  cold_until=cold_until)
+                  cold_until=cold_until, overcommitted=bool(details.get("overcommitted")) and not a.exclusive)

@@ -51,3 +51,12 @@ def test_random_sequences_hit_shortage_and_refusal_paths():
     assert sum(s["warned"] for s in stats) > 0
     assert sum(s["restarts"] for s in stats) > 0
     assert sum(s["exclusive"] for s in stats) > 0
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_random_sequences_every_machine_class(shape):
+    topology = SHAPES[shape]()
+    big = len(topology.online) > 64
+    stats = run_random(lambda: make(topology, reserved=1), 7, steps=150 if big else 80,
+                       check_every=5 if big else 1)
+    assert stats["created"] > 20

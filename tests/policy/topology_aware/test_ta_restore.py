@@ -138,3 +138,26 @@ def test_pin_memory_change_applies_to_kept_containers(topo):
     assert all(r.cpuset_mems is None for r in d.others.values())
     assert {k: a.exclusive for k, a in new.assignments().items()} == \
         {k: a.exclusive for k, a in old.assignments().items()}
+
+
+def test_refused_when_shared_requests_would_be_overcommitted(topo):
+    old = make(topo)
+    ws = [wl(f"b{i}", "Burstable", 3000) for i in range(5)]
+    for w in ws:
+        assert not old.allocate(w).warning
+    saved = old.assignments()
+    with pytest.raises(PolicyError, match="would run overcommitted"):
+        make(topo, available="cpuset:0-7").restore([(w, saved[w.key]) for w in ws])
+    assert make(topo, available="cpuset:0-14").restore([(w, saved[w.key]) for w in ws]).warning is None
+
+
+def test_what_ran_overcommitted_restarts_as_it_was(topo):
+    policy = make(topo, available="cpuset:0-3")
+    ws = [wl(f"b{i}", "Burstable", 1500) for i in range(4)]
+    warned = [policy.allocate(w).warning for w in ws]
+    assert warned[:2] == [None, None] and all("overcommitted" in w for w in warned[2:])
+    saved = policy.assignments()
+    assert [a.details.get("overcommitted", False) for a in saved.values()] == [False, False, True, True]
+    new = make(topo, available="cpuset:0-3")
+    new.restore([(w, saved[w.key]) for w in reversed(ws)])
+    assert new.assignments() == saved
