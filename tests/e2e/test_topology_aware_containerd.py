@@ -175,3 +175,44 @@ def test_host_root_multi_node_dry_run_sends_what_the_policy_decides(containerd, 
     assert last["ta-pmem"][1] in ("4", "5"), "memory-type pmem: the PMEM node"
     assert last["ta-wide"][0] == topology.online - g2 - g6, "the root pool: every CPU not exclusive"
     assert "dry-run: would set default/ta-g6:c" in dump.read_text()
+
+
+def _reload(relay: RelayProcess, cfg: Path, text: str, marker: str) -> None:
+    import signal
+    seen = relay.log().count(marker)
+    cfg.write_text(text)
+    relay.signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while relay.log().count(marker) <= seen:
+        assert time.monotonic() < deadline, relay.log()
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(len(ONLINE) != 2, reason="the scenario is written for the 2-CPU machines")
+def test_live_reconfiguration_moves_real_cpusets_or_is_refused(containerd, cgroup_root, workdir):
+    first, second = ONLINE.sorted()
+    cfg = workdir / "config.yaml"
+    cfg.write_text(f"policy: {{Active: topology-aware, ReservedResources: {{CPU: 'cpuset:{first}'}}}}\n")
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        b = k.start_pod(burstable("ta-live-b")).container_ids["c"]
+        g = k.start_pod(guaranteed("ta-live-g")).container_ids["c"]
+        wait_cpuset(k, g, str(second))
+        wait_cpuset(k, b, str(first))
+        # The reserved CPU becomes the other one: the exclusive CPU must move, without draining.
+        _reload(relay, cfg, f"policy: {{Active: topology-aware, ReservedResources: {{CPU: 'cpuset:{second}'}}}}\n",
+                "SIGHUP: reloaded")
+        wait_cpuset(k, g, str(first))
+        wait_cpuset(k, b, str(second))
+        # One CPU cannot hold an exclusive CPU and a shared container: refused, nothing changes.
+        _reload(relay, cfg, f"policy: {{Active: topology-aware, AvailableResources: {{CPU: 'cpuset:{first}'}}}}\n",
+                "SIGHUP: keeping the current configuration")
+        assert "the running containers do not fit" in relay.log()
+        time.sleep(0.5)
+        wait_cpuset(k, g, str(first))
+        wait_cpuset(k, b, str(second))
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()
