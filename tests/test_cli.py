@@ -59,7 +59,7 @@ def test_help_and_list_policies():
     r = run("-list-policies")
     assert r.returncode == 0
     names = [line.split()[0] for line in r.stdout.splitlines()]
-    assert names == ["none", "static", "static-plus", "balloons"]
+    assert names == ["none", "static", "static-plus", "topology-aware", "balloons"]
     assert "alias: null" in r.stdout
 
 

@@ -25,7 +25,7 @@ from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.usage import NodeUsage, node_usage
-from cri_resmgr.policy.api import Assignment, Policy
+from cri_resmgr.policy.api import Assignment, Policy, PolicyError
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
@@ -340,9 +340,18 @@ class Controller:
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
                                      note=self._note)
+            # Restored first: a policy refusing the change (its containers cannot fit)
+            # leaves the old manager in force, saves and all.
+            try:
+                resmgr.restore(saved)
+            except PolicyError as e:
+                if old is not None:
+                    raise
+                # At start-up there is nothing to keep in force: place every container anew.
+                log.error("cannot restore the saved allocations (%s): placing every container anew", e)
+                resmgr.restore(None)
             if old is not None:
                 old.retire()
-            resmgr.restore(saved)
             self._resmgr = resmgr
             self._policy_name = name
             self._feed.reconfigure(interceptors=resmgr.interceptors())

@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, messages
+from cri_resmgr.engine import adopt, classify, describe, messages, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
@@ -88,6 +88,7 @@ class ResourceManager:
         self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
         self._dirty = False
         self._save_task: asyncio.Task[None] | None = None
+        self._timer = timers.PolicyTimer(policy, self._on_timer)  # a no-op for most policies
 
     # -- what the controller reads ---------------------------------------------------
 
@@ -223,6 +224,7 @@ class ResourceManager:
                 changed.add(key)
             self._sync(changed)
             self._save()
+            self._timer.rearm()
         return reply
 
     def _workload(self, key: str, pod: PodRecord, m: pb.CreateContainerRequest) -> Workload:
@@ -414,12 +416,14 @@ class ResourceManager:
     def retire(self) -> None:
         """Replaced by another manager (policy switch): its pending save must not
         overwrite the successor's state."""
+        self._timer.cancel()
         if self._save_task is not None:
             self._save_task.cancel()
         self._dirty = False
 
     async def close(self) -> None:
         """Writes what is pending (clean shutdown)."""
+        self._timer.cancel()
         if self._save_task is not None and not self._save_task.done():
             self._save_task.cancel()
         self.save_now()
@@ -466,6 +470,7 @@ class ResourceManager:
                 adopted += 1
             self._sync(changed)
             self._save()
+            self._timer.rearm()
         return {"gone": len(gone), "adopted": adopted}
 
     def _adopt(self, record: ContainerRecord) -> set[str]:
@@ -507,6 +512,20 @@ class ResourceManager:
         self._applied.clear()
         self._sync(set(decision.others))
         self.save_now()  # before serving: the file on disk matches what is in force
+        self._timer.rearm()
+
+    async def _on_timer(self) -> None:
+        """The policy's deadline has come (timers.py): apply what it decides then."""
+        async with self._lock:
+            decision = self._policy.expire(time.time())  # type: ignore[attr-defined]
+            for key in decision.others:
+                c = self._cache.containers.get(key)
+                if c is not None:
+                    log.info("%s: %s (timer)", c.workload,
+                             describe.placement(self._policy.assignment(key), decision.others[key]))
+            self._sync(set(decision.others))
+            self._save()
+            self._timer.rearm()
 
 
 def _apply(linux: pb.LinuxContainerResources, r: Resources) -> None:

@@ -58,11 +58,13 @@ class Registry:
 def default_registry() -> Registry:
     # Imported here so that reading the table does not drag every policy in at import time.
     from cri_resmgr.policy import balloons, static, static_plus
+    from cri_resmgr.policy.topology_aware import policy as topology_aware
 
     return Registry([
         PolicyInfo("none", "no policy: every call is relayed unchanged (CRI message dumper mode)",
                    None, aliases=("null",)),
         PolicyInfo(static.NAME, static.DESCRIPTION, static.factory),
         PolicyInfo(static_plus.NAME, static_plus.DESCRIPTION, static_plus.factory),
+        PolicyInfo(topology_aware.NAME, topology_aware.DESCRIPTION, topology_aware.factory),
         PolicyInfo(balloons.NAME, balloons.DESCRIPTION, balloons.factory),
     ])

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|balloons|webhook ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -11,6 +11,9 @@ Sections:
   balloons  balloons decisions, 100 balloons / 1000 containers / 512 CPUs, knock-on
            updates included; p99 target 2 ms (tests.bench.balloons)
   webhook  admission reviews/s and latency over TLS (tests.bench.webhook)
+  topology-aware  its decisions on 512 CPUs / 8 nodes / 1000 containers with the
+           knock-on updates (p99 target 2 ms) and their restore (target 1 s)
+           (tests.bench.topology_aware)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -36,6 +39,7 @@ from tests.bench import allocator as bench_allocator
 from tests.bench import balloons as bench_balloons
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
+from tests.bench import topology_aware as bench_topology_aware
 from tests.bench.relay import format_table
 
 __all__ = ["SECTIONS", "Section", "run_sections", "main"]
@@ -111,6 +115,8 @@ SECTIONS: dict[str, Section] = {
     "allocator": Section("allocator", lambda log: bench_allocator.run(), bench_allocator.format_result),
     "balloons": Section("balloons", lambda log: bench_balloons.run(), bench_balloons.format_result),
     "webhook": Section("webhook", _run_webhook, _format_webhook),
+    "topology-aware": Section("topology-aware", lambda log: bench_topology_aware.run(),
+                              bench_topology_aware.format_result),
 }
 
 

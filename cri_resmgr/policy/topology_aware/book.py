@@ -1,0 +1,239 @@
+"""Who runs where in the pool tree, and what that leaves free.
+
+Per pool: its shared CPUs now (`sharable` minus every exclusive CPU taken anywhere),
+the members with a shared part placed in it, and over its subtree the shared milli-CPU
+and memory bytes requested. A container's cpuset follows its pool's shared CPUs (plus
+its exclusive ones, if mixed), so when exclusive CPUs are taken or returned, every
+pool whose shared CPUs change reports all its shared members (`_shift`): that pool,
+the pools above and the pools below that lost or got back those CPUs.
+
+Shared members of one pool with the same memory nodes get the same Resources object,
+so a pool's update is a dict.fromkeys however many containers it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cri_resmgr.policy.api import Resources, Workload
+from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
+from cri_resmgr.policy.topology_aware.pooltree import Pool, PoolTree
+from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
+
+__all__ = ["Member", "Book"]
+
+
+@dataclass(slots=True, eq=False)
+class Member:
+    key: str
+    workload: Workload
+    request: Request
+    pool: Pool | None  # None: on the reserved CPUs
+    exclusive: CPUSet
+    from_isolated: bool
+    mem_pool: Pool | None  # whose memory nodes it gets (its pool, or one above when widened)
+    kinds: tuple[str, ...]  # memory kinds in force (PMEM while cold)
+    mems: str | None
+    cold_until: float | None = None  # wall-clock time its memory moves to DRAM
+    resources: Resources | None = None  # fixed ones (exclusive, reserved); None: follows the pool
+    overcommitted: bool = False  # placed although no pool had its CPU request free
+
+    @property
+    def cls(self) -> CPUClass:
+        return self.request.cls
+
+    @property
+    def shared_part(self) -> bool:
+        return self.request.cls in (CPUClass.SHARED, CPUClass.MIXED)
+
+
+class Book:
+    def __init__(self, tree: PoolTree, reserved: CPUSet, pin_cpu: bool, pin_memory: bool) -> None:
+        self.tree = tree
+        self.reserved = reserved
+        self.pin_cpu = pin_cpu
+        self.pin_memory = pin_memory
+        self.members: dict[str, Member] = {}
+        self.used = CPUSet()  # exclusive CPUs taken from shared ones
+        self.used_isolated = CPUSet()
+        pools = tree.pools
+        self.shared: dict[Pool, CPUSet] = {p: p.sharable for p in pools}
+        self.milli: dict[Pool, int] = dict.fromkeys(pools, 0)  # shared milli over the subtree
+        self.parts: dict[Pool, int] = dict.fromkeys(pools, 0)  # members with a shared part, subtree
+        self.memory: dict[str, int] = dict.fromkeys(tree.by_name, 0)  # bytes, subtree
+        # pool -> mems text -> keys (ordered sets) of its SHARED members; MIXED ones apart.
+        self._groups: dict[Pool, dict[str | None, dict[str, None]]] = {p: {} for p in pools}
+        self._mixed: dict[Pool, dict[str, None]] = {p: {} for p in pools}
+        self._res: dict[Pool, dict[str | None, Resources]] = {p: {} for p in pools}
+        self._mems_text: dict[frozenset[int], str] = {}
+
+    # -- queries ----------------------------------------------------------------------
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.members
+
+    def mems_text(self, nodes: frozenset[int]) -> str:
+        text = self._mems_text.get(nodes)
+        if text is None:
+            text = self._mems_text[nodes] = format_cpulist(nodes)
+        return text
+
+    def mems_of(self, mem_pool: Pool, kinds: tuple[str, ...]) -> str | None:
+        return self.mems_text(mem_pool.nodes(kinds)) if self.pin_memory else None
+
+    def resources(self, key: str) -> Resources | None:
+        m = self.members.get(key)
+        if m is None:
+            return None
+        if m.resources is not None:
+            return m.resources
+        assert m.pool is not None
+        return self._shared_resources(m.pool, m.mems)
+
+    def free_milli(self, pool: Pool) -> int:
+        return 1000 * len(self.shared[pool]) - self.milli[pool]
+
+    def fits_shared(self, pool: Pool, milli: int) -> bool:
+        """A shared part of `milli` fits in the pool and every pool above it."""
+        return all(self.shared[p] and (not milli or self.free_milli(p) >= milli) for p in pool.lineage())
+
+    def headroom(self, pool: Pool) -> int:
+        """The least free shared milli-CPU along the pool's lineage (negative: overcommitted)."""
+        return min(self.free_milli(p) for p in pool.lineage())
+
+    def need(self, pool: Pool) -> int:
+        """CPUs the pool's shared members (over its subtree) need to keep."""
+        if not self.parts[pool]:
+            return 1 if pool.parent is None else 0  # the root keeps one for newcomers
+        return max(1, -(-self.milli[pool] // 1000))
+
+    def spare(self, pool: Pool, extra_milli: int = 0) -> CPUSet:
+        """Shared CPUs of the pool that could become exclusive: not reserved, and not
+        what the shared members of the leaves below need (reserved CPUs count first,
+        then each leaf keeps its highest CPUs)."""
+        free = self.shared[pool] - pool.reserved
+        for leaf in pool.walk():
+            if leaf.children:
+                continue
+            keep = self.need(leaf) + (-(-extra_milli // 1000) if leaf is pool else 0)
+            keep -= len(leaf.reserved)
+            if keep > 0:
+                mine = sorted(self.shared[leaf] - leaf.reserved)
+                free = free - CPUSet(mine[len(mine) - keep:] if keep < len(mine) else mine)
+        return free
+
+    def can_take(self, pool: Pool, cpus: CPUSet, extra_milli: int) -> bool:
+        """Taking `cpus` leaves every pool losing them enough for its shared members
+        (and `extra_milli` more in `pool` and above)."""
+        for p in self.tree.pools:
+            if p.sharable.isdisjoint(cpus):
+                continue
+            left = self.shared[p] - cpus
+            extra = extra_milli if p is pool or p in pool.ancestors else 0
+            need = self.milli[p] + extra
+            if (self.parts[p] or extra or p.parent is None) and not left:
+                return False
+            if 1000 * len(left) < need:
+                return False
+        return True
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def add(self, m: Member, others: dict[str, Resources]) -> Resources:
+        """Record a member (its exclusive CPUs must be free); fills `others` with the
+        members whose cpuset changed; returns the member's resources."""
+        if m.exclusive:
+            if m.from_isolated:
+                if not self.used_isolated.isdisjoint(m.exclusive):
+                    raise ValueError(f"CPUs {self.used_isolated & m.exclusive} are already exclusive")
+                self.used_isolated = self.used_isolated | m.exclusive
+            else:
+                if not self.used.isdisjoint(m.exclusive):
+                    raise ValueError(f"CPUs {self.used & m.exclusive} are already exclusive")
+                self.used = self.used | m.exclusive
+                self._shift(m.exclusive, others)
+        self.members[m.key] = m
+        self._account(m, +1)
+        return self._settle(m)
+
+    def remove(self, key: str, others: dict[str, Resources]) -> Member | None:
+        m = self.members.pop(key, None)
+        if m is None:
+            return None
+        self._account(m, -1)
+        if m.exclusive:
+            if m.from_isolated:
+                self.used_isolated = self.used_isolated - m.exclusive
+            else:
+                self.used = self.used - m.exclusive
+                self._shift(m.exclusive, others)
+        return m
+
+    def set_memory(self, m: Member, mem_pool: Pool, kinds: tuple[str, ...]) -> Resources:
+        """Move a member's memory (cold start over); returns its new resources."""
+        self._account(m, -1)
+        m.mem_pool, m.kinds = mem_pool, kinds
+        self._account(m, +1)
+        return self._settle(m)
+
+    def _settle(self, m: Member) -> Resources:
+        """Compute and file a member's resources from its pool, class and memory."""
+        m.mems = None if m.mem_pool is None else self.mems_of(m.mem_pool, m.kinds)
+        pool = m.pool
+        if pool is None:
+            m.resources = Resources(self.reserved, m.mems)
+        elif m.cls is CPUClass.SHARED:
+            m.resources = None
+            self._groups[pool].setdefault(m.mems, {})[m.key] = None
+            return self._shared_resources(pool, m.mems)
+        elif m.cls is CPUClass.MIXED:
+            self._mixed[pool][m.key] = None
+            m.resources = Resources(self._cpus(m.exclusive | self.shared[pool]), m.mems)
+        else:
+            m.resources = Resources(self._cpus(m.exclusive), m.mems)
+        return m.resources
+
+    def _cpus(self, cpus: CPUSet) -> CPUSet:
+        return cpus if self.pin_cpu else self.tree.root.cpus
+
+    def _shared_resources(self, pool: Pool, mems: str | None) -> Resources:
+        cache = self._res[pool]
+        res = cache.get(mems)
+        if res is None:
+            res = cache[mems] = Resources(self._cpus(self.shared[pool]), mems)
+        return res
+
+    def _account(self, m: Member, sign: int) -> None:
+        pool = m.pool
+        if pool is not None and m.shared_part:
+            if sign < 0:
+                group = self._groups[pool].get(m.mems)
+                if group is not None:
+                    group.pop(m.key, None)
+                    if not group:
+                        del self._groups[pool][m.mems]
+                self._mixed[pool].pop(m.key, None)
+            for p in pool.lineage():
+                self.milli[p] += sign * m.request.shared_milli
+                self.parts[p] += sign
+        if m.mem_pool is not None and m.request.memory:
+            for p in m.mem_pool.lineage():
+                self.memory[p.name] += sign * m.request.memory
+
+    def _shift(self, changed: CPUSet, others: dict[str, Resources]) -> None:
+        """Exclusive CPUs `changed` were taken or returned: update every pool they are
+        shared CPUs of, and report its shared members."""
+        for pool in self.tree.pools:
+            if pool.sharable.isdisjoint(changed):
+                continue
+            self.shared[pool] = pool.sharable - self.used
+            self._res[pool] = {}
+            groups = self._groups[pool]
+            for mems in groups:
+                if self.pin_cpu:
+                    others.update(dict.fromkeys(groups[mems], self._shared_resources(pool, mems)))
+            for key in self._mixed[pool]:
+                m = self.members[key]
+                m.resources = Resources(self._cpus(m.exclusive | self.shared[pool]), m.mems)
+                if self.pin_cpu:
+                    others[key] = m.resources

@@ -1,0 +1,127 @@
+"""Placing one container in the pool tree: the candidates (pools with enough free CPU),
+ranked by criteria.py, then its exclusive CPUs (isolated ones first when preferred and
+free, else the pool's shared CPUs not needed by its shared containers) and its memory
+(the pool's nodes of the requested kinds, widened up the tree until the request fits).
+
+When no pool can give the exclusive CPUs asked for, the container runs on shared CPUs
+and the warning says so; when no pool has the shared CPU free, it runs in the root pool
+(kubelet admitted it: the node is overcommitted, not the call to fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from cri_resmgr.policy.api import Workload
+from cri_resmgr.policy.topology_aware.book import Book, Member
+from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
+from cri_resmgr.policy.topology_aware.criteria import Candidate, rank
+from cri_resmgr.policy.topology_aware.memory import available_kinds, memory_pool
+from cri_resmgr.policy.topology_aware.pooltree import Pool
+from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator
+from cri_resmgr.topology.cpuset import CPUSet
+
+__all__ = ["Placer"]
+
+NAME = "topology-aware"
+
+
+class Placer:
+    def __init__(self, book: Book, allocator: CPUAllocator, clock: Callable[[], float]) -> None:
+        self.book = book
+        self.allocator = allocator
+        self.clock = clock
+
+    def place(self, w: Workload, req: Request, affinity: Mapping[str, float]) -> tuple[Member, str | None]:
+        """A member for the container (not yet added to the book) and a warning, if any."""
+        book = self.book
+        if req.cls is CPUClass.RESERVED:
+            return self.member(w, req, None, CPUSet(), False), None
+        warning = None
+        if req.exclusive:
+            got = self._exclusive(w, req, affinity)
+            if got is not None:
+                return got, None
+            warning = (f"{NAME}: {w} ({w.key}) wants {req.exclusive} exclusive CPUs but no pool can give "
+                       "them; running it on shared CPUs")
+            req = replace(req, cls=CPUClass.SHARED, exclusive=0, shared_milli=w.cpu_request)
+        pools = [p for p in book.tree.pools if p.level in req.levels and book.fits_shared(p, req.shared_milli)]
+        ranked = rank(self._candidate(p, req, affinity, 0, 0) for p in pools)
+        if ranked:
+            return self.member(w, req, ranked[0].pool, CPUSet(), False), warning
+        # Overcommitted (kubelet admitted it all the same): the pool with the most headroom.
+        allowed = [p for p in book.tree.pools if p.level in req.levels and book.shared[p]] or [book.tree.root]
+        pool = max(allowed, key=lambda p: (book.headroom(p), -p.index))
+        extra = (f"{NAME}: {w} ({w.key}): no pool has {req.shared_milli}m CPU free; "
+                 f"running it in pool {pool.name}, overcommitted")
+        member = self.member(w, req, pool, CPUSet(), False)
+        member.overcommitted = True
+        return member, "; ".join(filter(None, (warning, extra)))
+
+    def _exclusive(self, w: Workload, req: Request, affinity: Mapping[str, float]) -> Member | None:
+        book, n, fraction = self.book, req.exclusive, req.shared_milli
+        options: list[tuple[Candidate, CPUSet, bool]] = []
+        for pool in book.tree.pools:
+            if pool.level not in req.levels or (fraction and not book.fits_shared(pool, fraction)):
+                continue
+            free_isolated = pool.isolated - book.used_isolated
+            if req.prefer_isolated and len(free_isolated) >= n:
+                cand = self._candidate(pool, req, affinity, 0, len(free_isolated) - n)
+                options.append((replace(cand, isolated=True), free_isolated, True))
+                continue
+            spare = book.spare(pool, fraction)
+            if len(spare) >= n:
+                options.append((self._candidate(pool, req, affinity, 1000 * n, len(spare) - n), spare, False))
+        order = {id(c): (free, iso) for c, free, iso in options}
+        for cand in rank(c for c, _, _ in options):
+            free, isolated = order[id(cand)]
+            try:
+                cpus = self.allocator.allocate(free, n)
+            except AllocationError:
+                continue
+            if isolated or book.can_take(cand.pool, cpus, fraction):
+                return self.member(w, req, cand.pool, cpus, isolated)
+        return None
+
+    def _candidate(self, pool: Pool, req: Request, affinity: Mapping[str, float], taken_milli: int,
+                   free_exclusive: int) -> Candidate:
+        book = self.book
+        free_memory = pool.memory_bytes(req.kinds) - book.memory[pool.name]
+        return Candidate(pool=pool, memory_fits=req.memory <= free_memory, affinity=affinity.get(pool.name, 0.0),
+                         kinds=len(available_kinds(pool, req.kinds)),
+                         free_milli=book.free_milli(pool) - taken_milli - req.shared_milli,
+                         free_exclusive=free_exclusive)
+
+    def member(self, w: Workload, req: Request, pool: Pool | None, cpus: CPUSet, isolated: bool) -> Member:
+        anchor = pool if pool is not None else self.reserved_pool()
+        kinds, cold_until = req.kinds, None
+        if req.cold_start is not None and any(p.memory.get("pmem") for p in anchor.lineage()):
+            kinds, cold_until = ("pmem",), self.clock() + req.cold_start
+        mem_pool = memory_pool(anchor, kinds, req.memory, self.book.memory)
+        kinds = available_kinds(mem_pool, kinds) or ("dram",)
+        return Member(key=w.key, workload=w, request=req, pool=pool, exclusive=cpus, from_isolated=isolated,
+                      mem_pool=mem_pool, kinds=kinds, mems=None, cold_until=cold_until)
+
+    def reserved_pool(self) -> Pool:
+        """The lowest pool holding every reserved CPU: where reserved containers' memory is."""
+        tree, reserved = self.book.tree, self.book.reserved
+        best = tree.root
+        for pool in tree.pools:
+            if reserved and reserved.issubset(pool.cpus) and pool.depth > best.depth:
+                best = pool
+        return best
+
+    def warm_kinds(self, m: Member) -> tuple[Pool, tuple[str, ...]]:
+        """Where a cold-started container's memory goes when the cold start is over."""
+        kinds = tuple(k for k in m.request.kinds if k != "pmem") or ("dram",)
+        anchor = m.pool if m.pool is not None else self.reserved_pool()
+        book = self.book
+        if m.mem_pool is not None and m.request.memory:
+            for p in m.mem_pool.lineage():  # its own bytes do not count against the move
+                book.memory[p.name] -= m.request.memory
+        mem_pool = memory_pool(anchor, kinds, m.request.memory, book.memory)
+        if m.mem_pool is not None and m.request.memory:
+            for p in m.mem_pool.lineage():
+                book.memory[p.name] += m.request.memory
+        return mem_pool, available_kinds(mem_pool, kinds) or ("dram",)
