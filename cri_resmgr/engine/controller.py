@@ -343,11 +343,12 @@ class Controller:
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:
-                resmgr.restore(saved)
+                resmgr.restore(saved, live=old is not None)
             except PolicyError as e:
                 if old is not None:
                     raise
-                # At start-up there is nothing to keep in force: place every container anew.
+                # At start-up policies place best-effort; one that still refuses (a state
+                # it cannot read back) gets every container anew: the relay must serve.
                 log.error("cannot restore the saved allocations (%s): placing every container anew", e)
                 resmgr.restore(None)
             if old is not None:

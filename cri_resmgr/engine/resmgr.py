@@ -492,16 +492,17 @@ class ResourceManager:
 
     # -- start-up and reconfiguration --------------------------------------------------
 
-    def restore(self, saved_assignments: Mapping[str, Assignment] | None) -> None:
+    def restore(self, saved_assignments: Mapping[str, Assignment] | None, live: bool = False) -> None:
         """Places every live container in the cache with the policy (at start-up
-        or after a switch) and sends each its resources."""
+        or after a switch) and sends each its resources. `live`: the assignments are
+        those of the manager this one replaces (Policy.restore may refuse then)."""
         items = []
         for c in self._cache:
             if c.released or c.state == "exited":
                 continue
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
-        decision = self._policy.restore(items)
+        decision = self._policy.restore(items, live=live)
         for w, _ in items:
             # The policy's warnings name each container with its key in parentheses.
             if decision.warning and f"({w.key})" in decision.warning:

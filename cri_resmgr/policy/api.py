@@ -123,10 +123,14 @@ class Policy(Protocol):
     def release(self, key: str) -> Decision:
         """Frees a container's CPUs; unknown keys are a no-op (empty decision)."""
 
-    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+    def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
         """Rebuilds state after a restart or a policy switch. Items with an
         assignment keep it when it is still valid; the rest are placed anew.
-        The decision's `others` holds the resources of EVERY restored container."""
+        The decision's `others` holds the resources of EVERY restored container.
+        `live`: the assignments come from a policy running in this process that this
+        one replaces (a reconfiguration or a switch); a policy may then refuse, with
+        PolicyError naming why, a change that cannot hold the running containers.
+        Not live (start-up, from the state file): everything must be placed, best-effort."""
 
     def resources(self, key: str) -> Resources | None:
         """The current resources of a known container."""

@@ -301,7 +301,7 @@ class PoolPolicy:
             self._book.set_shared(self._book.shared | back, others)
         return Decision(others=others)
 
-    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+    def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
         dups = duplicate_keys(w.key for w, _ in items)
         if dups:
             raise PolicyError(f"{self.name}: restore lists containers more than once: {', '.join(dups)}")

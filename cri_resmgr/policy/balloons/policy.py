@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, namespace_ok, preference, type_for
 from cri_resmgr.policy.balloons.book import Book
-from cri_resmgr.policy.balloons.restore import LiveDetails, restore
+from cri_resmgr.policy.balloons.restore import restore
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, parse_config
 from cri_resmgr.policy.context import ConfigValueError
@@ -157,8 +157,8 @@ class BalloonsPolicy:
 
     # -- restoring -------------------------------------------------------------------------------
 
-    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
-        return restore(self, items)
+    def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
+        return restore(self, items, live)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class BalloonsPolicy:
 
 
     def _assignment(self, b: Balloon) -> Assignment:
-        details = LiveDetails(balloon=b.name, type=b.type.name, cpus=str(b.cpus))
+        details: dict[str, object] = {"balloon": b.name, "type": b.type.name, "cpus": str(b.cpus)}
         if self._book.short(b):
             details["short"] = True  # placed best-effort: not enough CPUs for its requests
         return Assignment(pool=b.name, details=details)

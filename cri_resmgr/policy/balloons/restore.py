@@ -28,15 +28,7 @@ if TYPE_CHECKING:
     from cri_resmgr.policy.balloons.policy import BalloonsPolicy
 
 
-__all__ = ["restore", "saved_balloon", "LiveDetails"]
-
-
-class LiveDetails(dict[str, object]):
-    """Assignment details handed from a running balloons policy to its successor in the
-    same process (a live reconfiguration). The state file keeps plain JSON, so a restart
-    reads plain dicts: restore() tells the two apart, and refuses only a live change that
-    cannot hold the running containers (a restart always places them, best-effort)."""
-
+__all__ = ["restore", "saved_balloon"]
 
 
 def saved_balloon(a: Assignment | None) -> tuple[str, int, CPUSet] | None:
@@ -56,7 +48,10 @@ def saved_balloon(a: Assignment | None) -> tuple[str, int, CPUSet] | None:
         return None
 
 
-def restore(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+def restore(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | None]],
+            live: bool = False) -> Decision:
+    """A live change (see Policy.restore) that cannot hold the running containers is
+    refused; at start-up the same is placed best-effort, with warnings."""
     dups = duplicate_keys(w.key for w, _ in items)
     if dups:
         raise PolicyError(f"balloons: restore lists containers more than once: {', '.join(dups)}")
@@ -109,7 +104,7 @@ def restore(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | Non
         d = policy.allocate(w)
         if d.warning:
             warnings.append(d.warning)
-    if any(isinstance(a.details, LiveDetails) for _, a in items if a is not None):
+    if live:
         problems = _worse(policy, items)
         if problems:
             raise PolicyError("balloons: the new configuration cannot hold the running containers, "

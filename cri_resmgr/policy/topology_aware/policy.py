@@ -100,11 +100,11 @@ class TopologyAwarePolicy:
         self._index(member, -1)
         return Decision(others=others)
 
-    def restore(self, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+    def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
         saved = (self._book, self._placer, self._affinity_index, self._by_pod, self._by_ns)
         self._reset()
         try:
-            return restoring.restore(self, items)
+            return restoring.restore(self, items, live)
         except PolicyError:
             # Refused: what was in force stays, untouched.
             self._book, self._placer, self._affinity_index, self._by_pod, self._by_ns = saved

@@ -33,7 +33,8 @@ __all__ = ["restore", "revive"]
 NAME = "topology-aware"
 
 
-def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment | None]]) -> Decision:
+def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment | None]],
+            live: bool = False) -> Decision:
     dups = duplicate_keys(w.key for w, _ in items)
     if dups:
         raise PolicyError(f"{NAME}: restore lists containers more than once: {', '.join(dups)}")
@@ -61,8 +62,9 @@ def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment 
             refused.append(f"{w} ({w.key}) holds {req.exclusive} exclusive CPUs and could not get them again")
         elif member.overcommitted and not a.details.get("overcommitted"):
             refused.append(f"{w} ({w.key}) would run overcommitted: no pool has its CPU request free")
-    if refused:
+    if refused and live:
         raise PolicyError(f"{NAME}: the running containers do not fit: {'; '.join(refused)}")
+    warnings.extend(refused)  # at start-up: placed best-effort, and said
     others: dict[str, Resources] = {}
     for w, _ in items:
         res = policy.resources(w.key)

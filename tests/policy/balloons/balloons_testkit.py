@@ -191,7 +191,7 @@ def run_random(make, seed: int, steps: int, check_every: int = 1) -> dict:
             # Live reconfiguration to the same configuration: accepted, and nothing moves.
             live = dict(p.assignments())
             p = make()
-            d = p.restore([(w, live[k]) for k, w in model.workloads.items()])
+            d = p.restore([(w, live[k]) for k, w in model.workloads.items()], live=True)
             assert {k: a.details["cpus"] for k, a in p.assignments().items()} == \
                 {k: a.details["cpus"] for k, a in live.items()}
             model.applied = dict(d.others)

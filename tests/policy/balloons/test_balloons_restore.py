@@ -112,7 +112,7 @@ def test_live_reconfiguration_that_fits_is_applied(topo):
     first = _running(topo)
     live = dict(first.assignments())  # in memory, as the engine hands them to the successor
     second = policy(topo, [dict(DP, MinCPUs=3), BATCH])
-    d = second.restore([(w, live[w.key]) for w in WORKLOADS])
+    d = second.restore([(w, live[w.key]) for w in WORKLOADS], live=True)
     assert len(second.balloon_of("d1").cpus) == 4 and set(d.others) == {w.key for w in WORKLOADS}
 
 
@@ -128,7 +128,7 @@ def test_live_reconfiguration_that_cannot_hold_the_containers_is_refused(topo, c
     live = dict(first.assignments())
     second = policy(topo, changed)
     with pytest.raises(PolicyError, match=reason):
-        second.restore([(w, live[w.key]) for w in [*WORKLOADS, wl("b2", 1000, "batch")]])
+        second.restore([(w, live[w.key]) for w in [*WORKLOADS, wl("b2", 1000, "batch")]], live=True)
     # The same change read from the state file (a restart) is placed best-effort instead.
     third = policy(topo, changed)
     d = third.restore([(w, Assignment.from_json(live[w.key].to_json()))

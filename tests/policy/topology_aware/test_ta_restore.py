@@ -93,12 +93,15 @@ def test_refused_when_running_containers_cannot_fit(topo):
     saved = old.assignments()
     new = make(topo, available="cpuset:0-7")
     with pytest.raises(PolicyError, match=r"do not fit: .*holds 2 exclusive CPUs"):
-        new.restore([(w, saved[w.key]) for w in ws])
+        new.restore([(w, saved[w.key]) for w in ws], live=True)
     assert not new.assignments(), "refused: nothing changed"
+    # The same from the state file (a start-up): placed best-effort, and said.
+    d = make(topo, available="cpuset:0-7").restore([(w, saved[w.key]) for w in ws])
+    assert "holds 2 exclusive CPUs and could not get them again" in d.warning and set(d.others) == {w.key for w in ws}
     # Restoring into a policy that already holds state leaves that state as it was.
     old_state = old.assignments()
     with pytest.raises(PolicyError):
-        old.restore([(w, saved[w.key]) for w in ws] + [(wl("extra", "Guaranteed", 8000), None),
+        old.restore(live=True, items=[(w, saved[w.key]) for w in ws] + [(wl("extra", "Guaranteed", 8000), None),
                                                         (wl("more", "Guaranteed", 8000),
                                                          Assignment("root", CPUSet.parse("0-7"),
                                                                     {"class": "exclusive"}))])
@@ -147,7 +150,7 @@ def test_refused_when_shared_requests_would_be_overcommitted(topo):
         assert not old.allocate(w).warning
     saved = old.assignments()
     with pytest.raises(PolicyError, match="would run overcommitted"):
-        make(topo, available="cpuset:0-7").restore([(w, saved[w.key]) for w in ws])
+        make(topo, available="cpuset:0-7").restore([(w, saved[w.key]) for w in ws], live=True)
     assert make(topo, available="cpuset:0-14").restore([(w, saved[w.key]) for w in ws]).warning is None
 
 
