@@ -65,11 +65,23 @@ class _Out:
             self.transport.write(data)
 
 
-def _take(buf: bytearray, start: int, done: int, out: list[bytes]) -> bytes:
-    """What goes on: `out` plus the unchanged run `buf[start:done]`; the handled frames leave `buf`."""
-    if start < done:
-        out.append(bytes(buf[start:done]))
-    del buf[:done]
+def _take(buf: bytearray, data: bytes, start: int, done: int, out: list[bytes | bytearray]) -> bytes:
+    """What goes on: `out` plus the unchanged run from `start` to `done`.
+
+    The frames were read from `buf` if it held the start of one (the handled
+    frames then leave it), else from `data` itself, whose incomplete last frame
+    is kept in `buf`. A read passed on whole is not copied."""
+    if buf:
+        if start < done:
+            out.append(buf[start:done])
+        del buf[:done]
+    else:
+        if done < len(data):
+            buf += data[done:]
+        if not out:
+            return data if start == 0 and done == len(data) else data[start:done]
+        if start < done:
+            out.append(data[start:done])
     return b"".join(out)
 
 
@@ -199,10 +211,12 @@ class Connection(InterceptedCalls):
         if self.closed:
             return
         buf = self.cbuf
-        buf += data
-        first = 0  # where the frames start
+        if buf or self.blocked or not self.preface:
+            buf += data
         if self.blocked:
             return
+        src = buf or data  # frames are read from the buffer only if it holds the start of one
+        first = 0  # where the frames start
         if not self.preface:
             if len(buf) < len(h2.PREFACE):
                 return
@@ -212,12 +226,12 @@ class Connection(InterceptedCalls):
             first = len(h2.PREFACE)
         done = first  # end of the frames handled
         start = 0  # start of the run of frames passed through unchanged
-        out: list[bytes] = []
+        out: list[bytes | bytearray] = []
         credit = 0  # the client's bytes the runtime does not get: the client's window back
         # Frames the relay makes for the runtime while reading (a reset) follow the run read so far.
         self.runtime.midblock = True
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(buf, first, self.runtime_max_frame):
+            for pos, end, ftype, flags, sid in h2.complete_frames(src, first, self.runtime_max_frame):
                 length = end - pos - h2.HEADER_LEN
                 if self.cblock is not None and (ftype != h2.CONTINUATION or sid != self.cblock[0]):
                     raise h2.PeerError(f"frame of type {ftype} on stream {sid} inside the header block "
@@ -233,30 +247,30 @@ class Connection(InterceptedCalls):
                             break
                         self.runtime_window -= length
                         if st is not None:
-                            st.request_data(h2.data_payload(flags, bytes(buf[pos + 9:end])))
+                            st.request_data(h2.data_payload(flags, bytes(src[pos + 9:end])))
                     else:
                         if st is not None:
-                            self._client_data(st, sid, flags, bytes(buf[pos + 9:end]), length)
+                            self._client_data(st, sid, flags, bytes(src[pos + 9:end]), length)
                         credit += length
-                        out.append(bytes(buf[start:pos]))
+                        out.append(src[start:pos])
                         start = end
                 elif ftype == h2.HEADERS or ftype == h2.CONTINUATION:
-                    extra = self._client_headers(ftype, flags, sid, bytes(buf[pos + 9:end]))
+                    extra = self._client_headers(ftype, flags, sid, bytes(src[pos + 9:end]))
                     if extra:
-                        out.append(bytes(buf[start:end]))
+                        out.append(src[start:end])
                         out.append(extra)
                         start = end
                 elif ftype == h2.SETTINGS and not flags & h2.ACK:
-                    payload = bytes(buf[pos + 9:end])
+                    payload = bytes(src[pos + 9:end])
                     self.client_max_frame = h2.settings_params(payload).get(h2.SETTINGS_MAX_FRAME_SIZE,
                                                                             self.client_max_frame)
-                    out.append(bytes(buf[start:pos]))
+                    out.append(src[start:pos])
                     out.append(h2.settings_frame(h2.without_header_table(payload)))
                     start = end
                 elif ftype == h2.RST_STREAM:
                     st = self.streams.get(sid)
                     if st is None and sid in self.dropped:  # the relay ended the call already
-                        out.append(bytes(buf[start:pos]))
+                        out.append(src[start:pos])
                         start = end
                     else:
                         self._client_reset(sid, st)
@@ -269,7 +283,7 @@ class Connection(InterceptedCalls):
             return self._fail(f"bad frame from the client: {e}", h2.PROTOCOL_ERROR)
         if credit:
             self.client.send(h2.window_update(0, credit))
-        data = _take(buf, start, done, out)
+        data = _take(buf, data, start, done, out)
         if not self.closed:
             self.runtime.relay(data, self.cblock is not None)
 
@@ -396,29 +410,34 @@ class Connection(InterceptedCalls):
         if self.closed:
             return
         buf = self.rbuf
-        buf += data
+        if buf:  # the start of a frame came in the last read
+            buf += data
+        src = buf or data
         done = start = 0
-        out: list[bytes] = []
+        out: list[bytes | bytearray] = []
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(buf, 0, self.client_max_frame):
+            for pos, end, ftype, flags, sid in h2.complete_frames(src, 0, self.client_max_frame):
                 length = end - pos - h2.HEADER_LEN
                 done = end
                 keep = True
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
                     if st is not None or sid in self.dropped:
-                        keep = self._runtime_data(st, sid, flags, bytes(buf[pos:end]), length)
+                        keep = self._runtime_data(st, sid, flags, bytes(src[pos:end]), length)
                     elif flags & h2.END_STREAM:
                         self._end(sid)
+                elif ftype == h2.HEADERS and flags & h2.END_HEADERS and self.rblock is None \
+                        and sid not in self.streams and sid not in self.dropped:
+                    self._passed_headers(flags, sid, h2.block_fragment(ftype, flags, bytes(src[pos + 9:end])))
                 elif ftype == h2.HEADERS or ftype == h2.CONTINUATION:
-                    keep = self._runtime_headers(ftype, flags, sid, bytes(buf[pos:end]))
+                    keep = self._runtime_headers(ftype, flags, sid, bytes(src[pos:end]))
                 elif ftype == h2.WINDOW_UPDATE:
-                    increment = int.from_bytes(buf[pos + 9:pos + 13], "big") & 0x7FFFFFFF
+                    increment = int.from_bytes(src[pos + 9:pos + 13], "big") & 0x7FFFFFFF
                     if sid == 0:
                         self.runtime_window += increment
                         self.granted.set()
                         if self.grant_debt:  # the client's share is smaller by what the relay added
-                            out.append(bytes(buf[start:pos]))
+                            out.append(src[start:pos])
                             start = end
                             granted = increment - self.grant_debt
                             self.grant_debt = max(0, -granted)
@@ -433,21 +452,21 @@ class Connection(InterceptedCalls):
                 elif ftype == h2.RST_STREAM:
                     st = self.streams.get(sid)
                     if st is not None or sid in self.dropped:
-                        keep = self._runtime_reset(st, sid, bytes(buf[pos:end]))
+                        keep = self._runtime_reset(st, sid, bytes(src[pos:end]))
                     else:
                         self._end(sid)
                 elif ftype == h2.SETTINGS and not flags & h2.ACK:
-                    self._runtime_settings(bytes(buf[pos + 9:end]))
-                    out.append(bytes(buf[start:pos]))
-                    out.append(h2.settings_frame(h2.without_header_table(bytes(buf[pos + 9:end]))))
+                    self._runtime_settings(bytes(src[pos + 9:end]))
+                    out.append(src[start:pos])
+                    out.append(h2.settings_frame(h2.without_header_table(bytes(src[pos + 9:end]))))
                     start = end
                     continue
                 if not keep:
-                    out.append(bytes(buf[start:pos]))
+                    out.append(src[start:pos])
                     start = end
         except (BlockError, ValueError, IndexError) as e:  # PeerError included: the runtime broke it
             return self._fail(f"bad frame from the runtime: {e}")
-        data = _take(buf, start, done, out)
+        data = _take(buf, data, start, done, out)
         if data and not self.closed:
             self.client.relay(data, self.rblock is not None and self.rblock[3] is None)
         self._flush_finished()
@@ -455,6 +474,21 @@ class Connection(InterceptedCalls):
             self.blocked = False
             self.pause_client(False, "runtime window")
             self.from_client(b"")
+
+    def _passed_headers(self, flags: int, sid: int, block: bytes) -> None:
+        """The headers or trailers of a call the relay passes through, in one frame:
+        read only to follow the table, and for a timed call's status."""
+        if flags & h2.END_STREAM:
+            timing = self.open.get(sid)
+            if timing is not None:
+                code = h2.status_code(self.rreader.read(block, _CODE).get(b"grpc-status"))
+                if code != grpc.StatusCode.OK:
+                    timing[1].error(code)
+            else:
+                self.rreader.read(block)
+            self._end(sid)
+        else:
+            self.rreader.read(block)
 
     def _runtime_headers(self, ftype: int, flags: int, sid: int, frame: bytes) -> bool:
         fragment = h2.block_fragment(ftype, flags, frame[9:])

@@ -74,7 +74,16 @@ class Reader:
         return self.max_size == 0
 
     def read(self, block: bytes, wanted: frozenset[bytes] = frozenset()) -> dict[bytes, bytes]:
-        """Walks a whole block (updating the table) and returns the wanted fields."""
+        """Walks a whole block (updating the table) and returns the wanted fields.
+
+        Once the encoder has set its table to size 0 (the relay asks both ends to),
+        a block that does not start with a size update cannot change the table:
+        with nothing wanted from it, it is not walked. (A wanted field is read from
+        the whole block: a name that comes twice means its last value, as in the
+        runtime's decoder.)
+        """
+        if not wanted and self.max_size == 0 and not (block and block[0] & 0xE0 == 0x20):
+            return {}
         return dict(self._walk(block, wanted))
 
     def fields(self, block: bytes) -> list[tuple[bytes, bytes]]:
