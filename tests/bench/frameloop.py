@@ -35,7 +35,7 @@ from cri_resmgr.transport.framerelay.connection import Connection
 from cri_resmgr.transport.framerelay.relay import FrameRelay
 from cri_resmgr.transport.methods import MethodTable
 
-__all__ = ["REPLY_SIZES", "Sink", "call_chunks", "measure", "main"]
+__all__ = ["REPLY_SIZES", "Sink", "call_chunks", "connect", "measure", "main"]
 
 RUNTIME = "/runtime.v1.RuntimeService/"
 IMAGE = "/runtime.v1.ImageService/"
@@ -147,7 +147,7 @@ def _with_stream(chunk: bytes, offsets: list[int], sid: int) -> bytes:
     return bytes(b)
 
 
-def _connect(interceptors: InterceptionTable | None) -> tuple[Connection, Sink, Sink, Encoder, Encoder]:
+def connect(interceptors: InterceptionTable | None) -> tuple[Connection, Sink, Sink, Encoder, Encoder]:
     relay = FrameRelay("/tmp/crirm-frameloop-unused.sock", "/tmp/crirm-frameloop-unused-rt.sock", MethodTable(),
                        interceptors=interceptors)
     client, runtime = Sink(), Sink()
@@ -166,7 +166,7 @@ def _connect(interceptors: InterceptionTable | None) -> tuple[Connection, Sink, 
 
 async def _run(method: str, calls: int, interceptors: InterceptionTable | None,
                profile: cProfile.Profile | None) -> dict[str, Any]:
-    conn, client, runtime, cenc, renc = _connect(interceptors)
+    conn, client, runtime, cenc, renc = connect(interceptors)
     # Each encoder's first block carries its table size update: the calls use the second's.
     for chunk, side in zip(call_chunks(method, cenc, renc), (conn.from_client, conn.from_runtime, conn.from_client),
                            strict=True):
@@ -175,18 +175,14 @@ async def _run(method: str, calls: int, interceptors: InterceptionTable | None,
     offsets = [_stream_offsets(c) for c in (c1, r1, c2)]
     chunks = [tuple(_with_stream(c, o, 2 * i + 3) for c, o in zip((c1, r1, c2), offsets, strict=True))
               for i in range(calls)]
-    observed = bool(interceptors)
     if profile is not None:
         profile.enable()
     t0 = time.process_time()
     for a, b, c in chunks:
         conn.from_client(a)
-        if observed:
-            await asyncio.sleep(0)
         conn.from_runtime(b)
-        if observed:
-            for _ in range(3):
-                await asyncio.sleep(0)
+        while conn._ready:  # a scan's awaitable holds the status
+            await asyncio.sleep(0)
         conn.from_client(c)
     cpu = time.process_time() - t0
     if profile is not None:
@@ -206,9 +202,9 @@ def measure(methods: Sequence[str] = tuple(REPLY_SIZES), calls: int = 20_000,
 
 
 def _observers() -> InterceptionTable:
-    from cri_resmgr.engine.exits import observers  # only with --observed
-    seen: list[str] = []
-    return observers(lambda ids: seen.extend(ids) or None)
+    from cri_resmgr.engine import exits  # only with --observed
+
+    return exits.interceptors(lambda ids: None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,9 +12,19 @@ import grpc
 
 from cri_resmgr.transport.callstats import MethodStats
 from cri_resmgr.transport.framerelay import frames as h2
-from cri_resmgr.transport.framerelay.calls import DUMP, PASS, REFUSE, Dumped, Intercepted, StreamState
+from cri_resmgr.transport.framerelay.calls import (
+    DUMP,
+    OBSERVE,
+    PASS,
+    REFUSE,
+    Dumped,
+    Intercepted,
+    Observed,
+    StreamState,
+)
 from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
 from cri_resmgr.transport.framerelay.intercepting import InterceptedCalls
+from cri_resmgr.transport.framerelay.observing import ObservedCalls
 
 if TYPE_CHECKING:
     from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -85,7 +95,7 @@ def _take(buf: bytearray, data: bytes, start: int, done: int, out: list[bytes | 
     return b"".join(out)
 
 
-class Connection(InterceptedCalls):
+class Connection(InterceptedCalls, ObservedCalls):
     """One kubelet connection and its runtime connection, frame by frame."""
 
     def __init__(self, relay: FrameRelay, client: asyncio.Transport, runtime_transport: asyncio.Transport,
@@ -116,7 +126,7 @@ class Connection(InterceptedCalls):
         self.header_limit = self.limits.header_block  # a client header block
         self.grant_debt = 0  # bytes to take off the runtime's next WINDOW_UPDATEs to the client
         self.granted = asyncio.Event()
-        self._ready: list[Intercepted] = []  # answered calls whose replies go out in order
+        self._ready: list[Intercepted | Observed] = []  # answered calls whose replies go out in order
         self.blocked = False  # client frames wait for the runtime's window
         self.paused: set[str] = set()  # why the client's side is not read
         self.closed = False
@@ -152,6 +162,8 @@ class Connection(InterceptedCalls):
                     st.done.set_result(None)
                 if st.task is not None and not st.finished:
                     st.task.cancel()
+            elif isinstance(st, Observed):
+                self._observed_gone(st)
         self.granted.set()
         for st in self.streams.values():
             self._release(st)
@@ -195,7 +207,7 @@ class Connection(InterceptedCalls):
             self._release(st)
 
     def _release(self, st: StreamState) -> None:
-        if isinstance(st, Intercepted) and st.reserved:
+        if isinstance(st, (Intercepted, Observed)) and st.reserved:
             self.relay.held.give_back(st.reserved)
             st.reserved = 0
 
@@ -238,7 +250,7 @@ class Connection(InterceptedCalls):
                                        f"of stream {self.cblock[0]}")
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
-                    if (st is None and sid not in self.dropped) or isinstance(st, Dumped):
+                    if (st is None and sid not in self.dropped) or isinstance(st, (Dumped, Observed)):
                         if length > self.runtime_window:
                             # A rewrite made the client's idea of the window larger
                             # than the runtime's; wait for the runtime's grants.
@@ -246,7 +258,7 @@ class Connection(InterceptedCalls):
                             self.pause_client(True, "runtime window")
                             break
                         self.runtime_window -= length
-                        if st is not None:
+                        if isinstance(st, Dumped):
                             st.request_data(h2.data_payload(flags, bytes(src[pos + 9:end])))
                     else:
                         if st is not None:
@@ -315,6 +327,9 @@ class Connection(InterceptedCalls):
         stats = route.stats if route is not None else None
         self.open[sid] = (_clock(), stats) if stats is not None else None
         if route is None or route.kind == PASS:
+            return b""
+        if route.kind == OBSERVE:
+            self.streams[sid] = Observed(route, sid)
             return b""
         if route.kind == DUMP:
             self.streams[sid] = Dumped(route, self.relay.call_id(), self.limits.max_message)
@@ -402,6 +417,8 @@ class Connection(InterceptedCalls):
             self._drop_runtime_frames(sid)
         elif isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "cancelled by the client")
+        elif isinstance(st, Observed):
+            self._observed_gone(st)
         self._end(sid)
 
     # -- runtime -> client --------------------------------------------------------------
@@ -422,7 +439,10 @@ class Connection(InterceptedCalls):
                 keep = True
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
-                    if st is not None or sid in self.dropped:
+                    if isinstance(st, Observed):
+                        with memoryview(src) as view:
+                            self._observed_data(st, sid, flags, view[pos:end])
+                    elif st is not None or sid in self.dropped:
                         keep = self._runtime_data(st, sid, flags, bytes(src[pos:end]), length)
                     elif flags & h2.END_STREAM:
                         self._end(sid)
@@ -448,7 +468,7 @@ class Connection(InterceptedCalls):
                         if isinstance(st, Intercepted):  # the client's window is the relay's to give
                             st.window += increment
                             self.granted.set()
-                        keep = st is None and sid not in self.dropped or isinstance(st, Dumped)
+                        keep = st is None and sid not in self.dropped or isinstance(st, (Dumped, Observed))
                 elif ftype == h2.RST_STREAM:
                     st = self.streams.get(sid)
                     if st is not None or sid in self.dropped:
@@ -497,6 +517,8 @@ class Connection(InterceptedCalls):
             if isinstance(st, Intercepted) and not st.finished:
                 holder = st.held if flags & h2.END_STREAM else None
                 st.headers_sent = st.headers_sent or holder is None
+            elif isinstance(st, Observed):  # trailers in several frames wait for the scan (rare)
+                holder = st.held if flags & h2.END_STREAM and not flags & h2.END_HEADERS else None
             elif isinstance(st, Intercepted) or sid in self.dropped:
                 holder = []
             else:
@@ -530,6 +552,10 @@ class Connection(InterceptedCalls):
             status = (h2.status_code(fields.get(b"grpc-status")), h2.status_message(fields.get(b"grpc-message")))
             if timing is not None and status[0] != grpc.StatusCode.OK:
                 timing[1].error(status[0])
+        if isinstance(st, Observed):
+            if status is None:
+                return True  # the reply's headers
+            return self._observed_status(st, status[0], frame if holder is None else None)
         if isinstance(st, Intercepted) and not st.finished:
             if status is not None:
                 st.status = status
@@ -567,6 +593,12 @@ class Connection(InterceptedCalls):
         return False
 
     def _runtime_reset(self, st: StreamState | None, sid: int, frame: bytes) -> bool:
+        if isinstance(st, Observed):
+            if st in self._ready:  # after the held status, in order
+                st.held.append(frame)
+                return False
+            self._end(sid)
+            return True
         if isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "stream reset by the runtime")
             self._end(sid)

@@ -14,12 +14,21 @@ from typing import Final, TypeAlias
 
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.callstats import CallStats
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep, TransportStats
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptionTable,
+    Keep,
+    ReplyObserver,
+    TransportStats,
+)
 from cri_resmgr.transport.framerelay.calls import (
     INTERCEPT,
+    OBSERVE,
     REFUSE,
     DumpRoute,
     InterceptRoute,
+    ObserveRoute,
     PassRoute,
     RefuseRoute,
     Route,
@@ -105,7 +114,8 @@ class FrameRelay:
     def _build(self, path: str) -> Route:
         r = self._build_route(path)
         if self.calls is not None and r.kind != REFUSE:
-            r.stats = self.calls.method(r.method.name if r.method is not None else None, r.kind == INTERCEPT)
+            r.stats = self.calls.method(r.method.name if r.method is not None else None,
+                                        r.kind == INTERCEPT or r.kind == OBSERVE)
         return r
 
     def _build_route(self, path: str) -> Route:
@@ -116,6 +126,8 @@ class FrameRelay:
         dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
         if method is not None and not (method.server_streaming or method.client_streaming):
             interceptor = self._interceptors.get(method.name)
+            if isinstance(interceptor, ReplyObserver) and dumper is None:
+                return ObserveRoute(path, method, interceptor.scan)
             if interceptor is not None:
                 # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
                 v1 = self.methods.lookup(f"/runtime.v1.{service}/{method.name}") or method
