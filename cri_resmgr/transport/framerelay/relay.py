@@ -185,13 +185,9 @@ class FrameRelay:
 
 class _Connecting:
     """A client connection's stand-in while its runtime side is being connected.
-    Reading is paused until then, so no data comes; a loss or back-pressure has
-    nothing to tell yet."""
+    Reading is paused until then; a loss or back-pressure has nothing to tell yet."""
 
     __slots__ = ()
-
-    def from_client(self, data: bytes) -> None:
-        raise RuntimeError("client data before the runtime side is connected")
 
     def client_lost(self) -> None:
         pass
@@ -215,6 +211,9 @@ class _ClientSide(asyncio.Protocol):
         self.conn: Served | _Connecting = _CONNECTING
         self._connecting: asyncio.Task[None] | None = None
         self.admitted = False
+        # What came before the runtime side was connected: reading is paused at once,
+        # but uvloop may hand over one read it made before the pause (bounded by it).
+        self.early = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # see `transport` above
@@ -243,10 +242,17 @@ class _ClientSide(asyncio.Protocol):
             conn = Connection(self.relay, self.transport, runtime, side)
         self.conn = conn
         self.relay.connections.add(conn)
+        if self.early:
+            early = bytes(self.early)
+            self.early.clear()
+            conn.from_client(early)
         self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.conn.from_client(data)
+        if isinstance(self.conn, _Connecting):
+            self.early += data
+        else:
+            self.conn.from_client(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.admitted:
