@@ -172,3 +172,34 @@ def test_a_frame_header_split_from_its_payload_is_not_taken_for_a_new_read():
         assert not conn.closed
 
     asyncio.run(run())
+
+
+def test_work_outlives_a_client_reset_and_the_held_status_still_goes_out():
+    """The engine's release is not cancelled when kubelet gives up on the call, and the
+    held trailers still reach the client afterwards: HPACK state is per connection."""
+    async def run() -> None:
+        gate = asyncio.Event()
+        finished: list[bool] = []
+
+        async def release() -> None:
+            await gate.wait()
+            finished.append(True)
+
+        conn, _, _, cenc, renc = connect({"ListContainers": ReplyObserver(lambda reply: release())})
+        client, runtime = _Recorder(), _Recorder()
+        conn.client.transport = client  # type: ignore[assignment]
+        conn.runtime.transport = runtime  # type: ignore[assignment]
+        c1, r1, _ = (_stream(x, 3) for x in call_chunks("ListContainers", cenc, renc))
+        conn.from_client(c1)
+        conn.from_runtime(r1)
+        assert bytes(client.data) != r1 and r1.startswith(bytes(client.data))  # all but the trailers
+        conn.from_client(h2.rst_stream(3))
+        await asyncio.sleep(0)
+        gate.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert finished == [True]
+        assert bytes(client.data) == r1
+        assert not conn.closed and not conn.streams and not conn._ready
+
+    asyncio.run(run())

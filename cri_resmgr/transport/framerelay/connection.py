@@ -162,8 +162,6 @@ class Connection(InterceptedCalls, ObservedCalls):
                     st.done.set_result(None)
                 if st.task is not None and not st.finished:
                     st.task.cancel()
-            elif isinstance(st, Observed):
-                self._observed_gone(st)
         self.granted.set()
         for st in self.streams.values():
             self._release(st)
@@ -302,21 +300,28 @@ class Connection(InterceptedCalls, ObservedCalls):
     def _client_headers(self, ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
         """Reads a client header block; returns frames to send the runtime right after it."""
         fragment = h2.block_fragment(ftype, flags, payload)
-        if ftype == h2.HEADERS:
-            self.cblock = (sid, flags, bytearray(fragment))
-        elif self.cblock is None:
-            raise ValueError("CONTINUATION without HEADERS")
+        if ftype == h2.HEADERS and flags & h2.END_HEADERS:  # a whole block in one frame: most are
+            if len(fragment) > self.header_limit:
+                raise h2.PeerError(f"header block of stream {sid} exceeds {self.header_limit} bytes",
+                                   h2.ENHANCE_YOUR_CALM)
+            first_flags, block = flags, fragment
         else:
-            self.cblock[2].extend(fragment)
-        if len(self.cblock[2]) > self.header_limit:
-            # Held to read :path; a CONTINUATION flood must not grow it without end.
-            raise h2.PeerError(f"header block of stream {sid} exceeds {self.header_limit} bytes",
-                               h2.ENHANCE_YOUR_CALM)
-        if not flags & h2.END_HEADERS:
-            return b""
-        sid, first_flags, block = self.cblock
-        self.cblock = None
-        fields = self.creader.read(bytes(block), _PATH)
+            if ftype == h2.HEADERS:
+                self.cblock = (sid, flags, bytearray(fragment))
+            elif self.cblock is None:
+                raise ValueError("CONTINUATION without HEADERS")
+            else:
+                self.cblock[2].extend(fragment)
+            if len(self.cblock[2]) > self.header_limit:
+                # Held to read :path; a CONTINUATION flood must not grow it without end.
+                raise h2.PeerError(f"header block of stream {sid} exceeds {self.header_limit} bytes",
+                                   h2.ENHANCE_YOUR_CALM)
+            if not flags & h2.END_HEADERS:
+                return b""
+            sid, first_flags, held = self.cblock
+            self.cblock = None
+            block = bytes(held)
+        fields = self.creader.read(block, _PATH)
         if sid in self.open or sid in self.streams:
             return b""  # the client's trailers
         if sid <= self.last_stream:
@@ -417,9 +422,7 @@ class Connection(InterceptedCalls, ObservedCalls):
             self._drop_runtime_frames(sid)
         elif isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "cancelled by the client")
-        elif isinstance(st, Observed):
-            self._observed_gone(st)
-        self._end(sid)
+        self._end(sid)  # an observed call's held status still goes out, in order (HPACK)
 
     # -- runtime -> client --------------------------------------------------------------
 

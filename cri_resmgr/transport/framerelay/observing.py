@@ -81,11 +81,3 @@ class ObservedCalls:
             self.relay.failures.failed(st.route.path, e)
         st.settled = True
         self._flush_finished()
-
-    def _observed_gone(self, st: Observed) -> None:
-        """The call ended early (the client reset it, or the connection closed)."""
-        if st.task is not None:
-            st.task.cancel()
-        st.held.clear()
-        if st in self._ready:
-            self._ready.remove(st)
