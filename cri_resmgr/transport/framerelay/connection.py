@@ -241,8 +241,17 @@ class Connection(InterceptedCalls, ObservedCalls):
         # Frames the relay makes for the runtime while reading (a reset) follow the run read so far.
         self.runtime.midblock = True
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(src, first, self.runtime_max_frame):
-                length = end - pos - h2.HEADER_LEN
+            # The frames as h2.complete_frames reads them, inline: this loop runs for every frame.
+            unpack, limit, n, at = h2.HEAD.unpack_from, self.runtime_max_frame, len(src), first
+            while n - at >= h2.HEADER_LEN:
+                high, low, ftype, flags, sid = unpack(src, at)
+                length = high << 8 | low
+                if length > limit:
+                    raise h2.too_long(length, limit)
+                pos, end = at, at + h2.HEADER_LEN + length
+                if end > n:
+                    break
+                at, sid = end, sid & 0x7FFFFFFF
                 if self.cblock is not None and (ftype != h2.CONTINUATION or sid != self.cblock[0]):
                     raise h2.PeerError(f"frame of type {ftype} on stream {sid} inside the header block "
                                        f"of stream {self.cblock[0]}")
@@ -436,8 +445,16 @@ class Connection(InterceptedCalls, ObservedCalls):
         done = start = 0
         out: list[bytes | bytearray] = []
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(src, 0, self.client_max_frame):
-                length = end - pos - h2.HEADER_LEN
+            unpack, limit, n, at = h2.HEAD.unpack_from, self.client_max_frame, len(src), 0
+            while n - at >= h2.HEADER_LEN:  # as in from_client
+                high, low, ftype, flags, sid = unpack(src, at)
+                length = high << 8 | low
+                if length > limit:
+                    raise h2.too_long(length, limit)
+                pos, end = at, at + h2.HEADER_LEN + length
+                if end > n:
+                    break
+                at, sid = end, sid & 0x7FFFFFFF
                 done = end
                 keep = True
                 if ftype == h2.DATA:
