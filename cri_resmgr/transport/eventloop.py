@@ -3,7 +3,8 @@
 The relay passes every kubelet call through this loop, and on a small node the
 loop's own work per wake-up is a good part of what a call costs: measured
 against one containerd, interleaved (docs/benchmarks.md), uvloop took the
-relay's CPU per call at one caller from 119-185 us to 95-111 us. It is an optional dependency (the `uvloop` extra); without it, or with
+relay's CPU per call at one caller from 119-185 us to 95-111 us. It is an
+optional dependency (the `uvloop` extra); without it, or with
 CRI_RESMGR_EVENT_LOOP=asyncio in the environment, asyncio's loop runs, which
 behaves the same, only slower.
 """
