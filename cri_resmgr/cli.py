@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
 from cri_resmgr.status import command as status
 from cri_resmgr.topology import TopologyError, discover
 from cri_resmgr.topology.render import render_json, render_text
+from cri_resmgr.transport import eventloop
 
 PROG = "cri-resmgr"
 
@@ -142,7 +142,7 @@ def _run(values: flags.Values) -> int:
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
     debug = logsetup.setup(settings.logger_debug)
-    return asyncio.run(app.run(settings, registry, debug.set_config_debug))
+    return eventloop.run(app.run(settings, registry, debug.set_config_debug))
 
 
 def _topology(values: flags.Values) -> int:

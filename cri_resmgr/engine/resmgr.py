@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, messages, timers
+from cri_resmgr.engine import adopt, classify, describe, exits, messages, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
@@ -128,8 +128,7 @@ class ResourceManager:
             "StopContainer": self._stop,
             "RemoveContainer": self._remove,
             "UpdateContainerResources": self._update,
-            "ListContainers": self._list,
-            "ContainerStatus": self._status,
+            **exits.interceptors(self._on_exit),  # ListContainers, ContainerStatus
         }
 
     # -- pods ---------------------------------------------------------------------
@@ -281,19 +280,12 @@ class ResourceManager:
                     _apply(m.linux, current)
         return await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
 
-    async def _list(self, req: Request) -> pb.ListContainersResponse:
-        reply = await messages.forward(req, req.message, pb.ListContainersResponse)
-        exited = [c.id for c in reply.containers if c.state == EXITED]
-        if exited:
-            await self._released_on_exit(exited)
-        return reply
-
-    async def _status(self, req: Request) -> pb.ContainerStatusResponse:
-        m = messages.request(req, pb.ContainerStatusRequest)
-        reply = await messages.forward(req, m, pb.ContainerStatusResponse)
-        if reply.status.state == EXITED:
-            await self._released_on_exit([m.container_id])
-        return reply
+    def _on_exit(self, ids: list[str]) -> Awaitable[None] | None:
+        """Containers a reply shows exited: released (the reply's status waits) if
+        any still holds what the policy gave it; None (nothing to wait for) if not."""
+        if any((c := self._cache.by_id(i)) is not None and not c.released for i in ids):
+            return self._released_on_exit(ids)
+        return None
 
     # -- helpers ------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ messages; if so it gets copies of them and the call's final status.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
@@ -26,6 +27,8 @@ from google.protobuf.message import Message
 
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.errors import CriResmgrError
+
+_log = logging.getLogger(__name__)
 
 # Sends a (possibly rewritten) request to the runtime on the caller's path,
 # metadata and deadline; returns the decoded reply or raises grpc.aio.AioRpcError.
@@ -42,6 +45,35 @@ class Request:
 
 Interceptor = Callable[[Request], Awaitable[Message]]
 InterceptionTable = Mapping[str, Interceptor]
+
+# Reads a reply's serialized message (bytes, or a view of the relay's copy that is
+# valid during the call only); returns None, or what the call's final status waits for.
+ReplyScan = Callable[[bytes | memoryview], Awaitable[None] | None]
+
+
+class ReplyObserver:
+    """An interception-table entry that only reads the runtime's reply (crash detection
+    reads ListContainers and ContainerStatus replies for exited containers).
+
+    The frame transport knows it: the call passes through unread, `scan` gets the
+    reply's message as it came, and the final status waits only if `scan` returns
+    an awaitable. Any other transport calls it as an interceptor: forward
+    unchanged, scan the reply re-serialized, return it. Either way the call is
+    never failed by the scan or its work: an error there is logged.
+    """
+
+    def __init__(self, scan: ReplyScan):
+        self.scan = scan
+
+    async def __call__(self, req: Request) -> Message:
+        reply = await req.forward(req.message)
+        try:
+            pending = self.scan(reply.SerializeToString())
+            if pending is not None:
+                await pending
+        except Exception as e:
+            _log.error("observer of %s failed: %s: %s", req.path, type(e).__name__, e)
+        return reply
 
 
 class InterceptError(CriResmgrError):

@@ -1,12 +1,15 @@
 """The relay's cost: the same CRI calls direct to containerd and through the
 real `cri-resmgr` process, in one run.
 
-* latency: p50/p99 of Version, ListContainers (of `containers` created
-  containers) and ContainerStatus, one caller, direct and relay blocks
-  alternating so that machine noise hits both alike;
+* latency: p50/p99 of Version, ImageStatus, ListImages, ContainerStatus and
+  ListContainers (of `containers` created containers), one caller, direct and
+  relay blocks alternating so that machine noise hits both alike;
 * throughput: calls/s with 1, 8 and 32 concurrent callers (threads on one
   channel, as kubelet has one connection), each cell a fixed time split in
   alternating halves, bounded in calls;
+* the same latency and the throughput at 32 callers through a relay with the
+  static policy active (ListContainers and ContainerStatus replies read for
+  crash detection), against the passthrough relay;
 * the relay's CPU time per call (utime+stime from /proc/PID/stat around its
   blocks) and its memory (VmRSS, VmHWM) after the run;
 * CreateContainer of best-effort containers (created, not started): direct,
@@ -48,7 +51,10 @@ from tests.harness.relayproc import RelayProcess
 __all__ = ["TARGETS", "run", "format_result", "format_table", "main"]
 
 RUNTIME = "/runtime.v1.RuntimeService/"
-METHODS = ("Version", "ListContainers", "ContainerStatus")
+IMAGE = "/runtime.v1.ImageService/"
+METHODS = ("Version", "ImageStatus", "ListImages", "ContainerStatus", "ListContainers")
+PATHS = {m: (IMAGE if m in ("ImageStatus", "ListImages") else RUNTIME) + m for m in METHODS}
+OBSERVED = ("ContainerStatus", "ListContainers")  # read by crash detection with a policy active
 CALLERS = (1, 8, 32)
 STATIC_CONFIG = "policy:\n  Active: static\n  ReservedResources:\n    CPU: 1\n"
 CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 16 << 20),)
@@ -59,9 +65,12 @@ _NEEDED_BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
 TARGETS: dict[str, tuple[str, float, str]] = {
     "Version added p50 (us)": ("latency.Version.added_p50_us", 500.0, "max"),
     "ListContainers added p50 (us)": ("latency.ListContainers.added_p50_us", 650.0, "max"),
-    "Version throughput at 32 callers, relay/direct": ("throughput.Version.32.ratio", 0.5, "min"),
-    "ListContainers throughput at 32 callers, relay/direct": ("throughput.ListContainers.32.ratio", 0.5, "min"),
-    "ContainerStatus throughput at 32 callers, relay/direct": ("throughput.ContainerStatus.32.ratio", 0.5, "min"),
+    # Issue 17: the relay's fixed cost per call.
+    **{f"{m} p50, relay/direct": (f"latency.{m}.ratio_p50", 1.3, "max") for m in METHODS},
+    **{f"{m} throughput at 32 callers, relay/direct": (f"throughput.{m}.32.ratio", 0.9, "min") for m in METHODS},
+    **{f"{m} p50, static/passthrough": (f"latency.{m}.static_ratio_p50", 1.1, "max") for m in OBSERVED},
+    **{f"{m} throughput at 32 callers, static/passthrough": (f"throughput.{m}.32.static_ratio", round(1 / 1.1, 2),
+                                                             "min") for m in OBSERVED},
     "relay peak RSS, VmHWM (MiB)": ("memory.passthrough.VmHWM_mib", 64.0, "max"),
     # Per-call metrics (timing, status codes) must cost next to nothing (issue 15).
     "Version p50, metrics on - off (us)": ("latency.Version.metrics_added_p50_us", 50.0, "max"),
@@ -117,7 +126,7 @@ class Target:
     pid: int  # whose CPU time a block is charged to
 
     def call(self, method: str) -> Callable[..., bytes]:
-        return self.channel.unary_unary(RUNTIME + method)
+        return self.channel.unary_unary(PATHS.get(method, RUNTIME + method))
 
 
 class CpuMeter:
@@ -334,7 +343,8 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
     stopped and removed again, also on errors and Ctrl-C."""
     _check_environment()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "containers": containers, "transport": transport,
-                              "seconds_per_cell": seconds, "callers": list(callers)}
+                              "seconds_per_cell": seconds, "callers": list(callers),
+                              "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     cgroup_root = f"/crirm-bench-{secrets.token_hex(4)}"
     with ExitStack() as stack:
         ctd_dir = Path(tempfile.mkdtemp(prefix="crirm-bn-", dir="/tmp"))
@@ -359,53 +369,63 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
         ids = [direct_k.create_container(pod, sandbox_id, c) for c in pod.containers]
         _progress(log, f"containerd up, {containers} containers created in {time.monotonic() - t0:.1f}s")
 
+        # The static policy's relay starts once the containers exist: it adopts them at start-up.
+        config = workdir / "static.yaml"
+        config.write_text(STATIC_CONFIG)
+        static = _start_relay(stack, workdir, str(containerd.socket),
+                              ["-force-config", str(config), "-relay-transport", transport], "static")
+
         ctd_pid = containerd.pid
         assert ctd_pid is not None and relay.proc is not None and metered.proc is not None
+        assert static.proc is not None
         targets = [Target("direct", _channel(containerd.address, stack), ctd_pid),
                    Target("relay", _channel(relay.address, stack), relay.proc.pid)]
         metered_target = Target("metrics", _channel(metered.address, stack), metered.proc.pid)
+        static_target = Target("static", _channel(static.address, stack), static.proc.pid)
         requests = {
             "Version": pb.VersionRequest(version="0.1.0").SerializeToString(),
+            "ImageStatus": pb.ImageStatusRequest(image=pb.ImageSpec(image=containerd.busybox_image)).SerializeToString(),
+            "ListImages": pb.ListImagesRequest().SerializeToString(),
             "ListContainers": pb.ListContainersRequest().SerializeToString(),
             "ContainerStatus": pb.ContainerStatusRequest(container_id=ids[len(ids) // 2]).SerializeToString(),
         }
-        for t in targets:  # both must answer the same thing
+        for t in [*targets, static_target]:  # all must answer the same thing
             listed = pb.ListContainersResponse.FromString(t.call("ListContainers")(requests["ListContainers"]))
             if len(listed.containers) != containers:
                 raise RuntimeError(f"{t.name} lists {len(listed.containers)} containers, expected {containers}")
 
         latency: dict[str, Any] = {}
         for method in METHODS:
-            m = measure_latency([*targets, metered_target], method, requests[method], rounds=rounds, block=block,
-                                warmup=warmup)
+            m = measure_latency([*targets, metered_target, static_target], method, requests[method], rounds=rounds,
+                                block=block, warmup=warmup)
             m["added_p50_us"] = round(m["relay"]["p50_us"] - m["direct"]["p50_us"], 1)
             m["metrics_added_p50_us"] = round(m["metrics"]["p50_us"] - m["relay"]["p50_us"], 1)
             m["metrics_added_p99_us"] = round(m["metrics"]["p99_us"] - m["relay"]["p99_us"], 1)
             m["added_p99_us"] = round(m["relay"]["p99_us"] - m["direct"]["p99_us"], 1)
             m["ratio_p50"] = _ratio(m["relay"]["p50_us"], m["direct"]["p50_us"])
             m["ratio_p99"] = _ratio(m["relay"]["p99_us"], m["direct"]["p99_us"])
+            m["static_ratio_p50"] = _ratio(m["static"]["p50_us"], m["relay"]["p50_us"])
             latency[method] = m
             _progress(log, f"latency {method}: direct p50 {m['direct']['p50_us']} us, "
-                           f"relay p50 {m['relay']['p50_us']} us, with metrics {m['metrics']['p50_us']} us")
+                           f"relay p50 {m['relay']['p50_us']} us, with metrics {m['metrics']['p50_us']} us, "
+                           f"static {m['static']['p50_us']} us")
         result["latency"] = latency
 
         throughput: dict[str, Any] = {}
         for method in METHODS:
             throughput[method] = {}
             for n in callers:
-                m = measure_throughput(targets, method, requests[method], n, seconds=seconds)
+                with_static = [*targets, static_target] if n == max(callers) else targets
+                m = measure_throughput(with_static, method, requests[method], n, seconds=seconds)
                 m["ratio"] = _ratio(m["relay"]["calls_per_s"], m["direct"]["calls_per_s"])
+                if "static" in m:
+                    m["static_ratio"] = _ratio(m["static"]["calls_per_s"], m["relay"]["calls_per_s"])
                 throughput[method][str(n)] = m
                 _progress(log, f"throughput {method} x{n}: direct {m['direct']['calls_per_s']}/s, "
                                f"relay {m['relay']['calls_per_s']}/s")
         result["throughput"] = throughput
         result["memory"] = {"passthrough": proc_memory_mib(relay.proc.pid)}
 
-        config = workdir / "static.yaml"
-        config.write_text(STATIC_CONFIG)
-        static = _start_relay(stack, workdir, str(containerd.socket),
-                              ["-force-config", str(config), "-relay-transport", transport], "static")
-        assert static.proc is not None
         kubelets = {"direct": direct_k}
         for name, r in (("passthrough", relay), ("intercepted", static)):
             k = Kubelet(r.address, cgroup_root=kube_root)
@@ -421,6 +441,7 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
         result["memory"]["passthrough"] = proc_memory_mib(relay.proc.pid)
         result["memory"]["intercepting"] = proc_memory_mib(static.proc.pid)
         _progress(log, "tearing down containerd")
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     result["targets"] = verdicts(result)
     return result
 
@@ -469,6 +490,9 @@ def _cell(value: Any) -> str:
 def format_result(result: dict[str, Any]) -> str:
     out = [f"relay vs direct containerd ({result['cpus']} CPUs shared by client, relay and containerd; "
            f"relay with -policy null, -relay-transport {result.get('transport', 'h2')})", ""]
+    if "loadavg_start" in result:
+        out[-1:-1] = [f"load average (1, 5, 15 min): {result['loadavg_start']} at the start, "
+                      f"{result.get('loadavg_end')} at the end"]
     rows = []
     for method, m in result["latency"].items():
         d, r = m["direct"], m["relay"]
@@ -477,6 +501,17 @@ def format_result(result: dict[str, Any]) -> str:
     out.append(f"latency, 1 caller (us); ListContainers lists {result['containers']} containers")
     out.append(format_table(["method", "n", "direct p50", "relay p50", "added p50", "ratio p50",
                              "direct p99", "relay p99", "ratio p99", "relay cpu/call"], rows))
+    rows = []
+    for method, m in result["latency"].items():
+        if "static" in m:
+            r, st = m["relay"], m["static"]
+            rows.append([method, r["p50_us"], st["p50_us"], m["static_ratio_p50"], r["p99_us"], st["p99_us"],
+                         r["cpu_us_per_call"], st["cpu_us_per_call"]])
+    if rows:
+        out += ["", "a policy active (static: ListContainers and ContainerStatus replies read for crash "
+                    "detection) against the passthrough relay, 1 caller (us)"]
+        out.append(format_table(["method", "passthrough p50", "static p50", "static/passthrough", "passthrough p99",
+                                 "static p99", "cpu/call pass", "cpu/call static"], rows))
     rows = []
     for method, m in result["latency"].items():
         off, on = m["relay"], m["metrics"]
@@ -490,11 +525,14 @@ def format_result(result: dict[str, Any]) -> str:
     rows = []
     for method, cells in result["throughput"].items():
         for n, m in cells.items():
+            st = m.get("static", {})
             rows.append([method, n, m["direct"]["calls_per_s"], m["relay"]["calls_per_s"], m["ratio"],
-                         m["relay"]["cpu_us_per_call"], m["direct"]["cpu_us_per_call"]])
-    out += ["", f"throughput (calls/s, {result['seconds_per_cell']:g} s per target and cell)"]
+                         m["relay"]["cpu_us_per_call"], m["direct"]["cpu_us_per_call"],
+                         st.get("calls_per_s", ""), m.get("static_ratio", ""), st.get("cpu_us_per_call", "")])
+    out += ["", f"throughput (calls/s, {result['seconds_per_cell']:g} s per target and cell; static: the relay "
+                "with the static policy, at the most callers only)"]
     out.append(format_table(["method", "callers", "direct", "relay", "relay/direct", "relay cpu/call us",
-                             "containerd cpu/call us"], rows))
+                             "containerd cpu/call us", "static", "static/relay", "static cpu/call us"], rows))
     c = result["create"]
     rows = [[name, c[name]["n"], c[name]["p50_us"], c[name]["p99_us"], c[name]["max_us"], c[name]["cpu_us_per_call"]]
             for name in ("direct", "passthrough", "intercepted")]

@@ -166,6 +166,33 @@ def test_random_header_sequences_match_hpack() -> None:
         assert reader.max_size == partial.max_size == encoder.header_table_size
 
 
+def test_reads_with_no_table_match_hpack_and_the_full_walk() -> None:
+    """Once the table has size 0, a wanted field is found by a shorter walk; it must
+    read what the full walk reads (a repeated name's last value, long strings, names
+    indexed or literal, Huffman or not)."""
+    rng = random.Random(9113)
+    names = [":path", "x-a", "grpc-timeout", "content-type", "user-agent", "x-" + "n" * 130]
+    values = ["", "1", "/runtime.v1.RuntimeService/Version", "v" * 126, "w" * 127, "u" * 300]
+    wanted = frozenset({b":path", b"grpc-timeout"})
+    encoder, decoder, reader, walker = hpack.Encoder(), hpack.Decoder(), Reader(), Reader()
+    encoder.header_table_size = 0
+    for i in range(400):
+        headers = []
+        for _ in range(rng.randint(0, 9)):
+            name, value = rng.choice(names), rng.choice(values)
+            headers.append(hpack.NeverIndexedHeaderTuple(name, value) if rng.random() < 0.1 else (name, value))
+        block = encoder.encode(headers, huffman=rng.random() < 0.5)
+        expected = decoded(decoder, block)
+        walked = dict(walker._walk(block, wanted))
+        assert walker.max_size == 0
+        assert reader.read(block, wanted) == walked == {n: v for n, v in expected if n in wanted}, f"block {i}"
+        assert reader.read(block, PATH) == {n: v for n, v in expected if n == b":path"}, f"block {i}"
+    with pytest.raises(BlockError):
+        reader.read(b"\x00\x05:pa", PATH)  # truncated
+    with pytest.raises(BlockError):
+        reader.read(b"\xbe", PATH)  # the dynamic table is empty
+
+
 # -- integers past their prefix ---------------------------------------------------------
 
 @pytest.mark.parametrize("length", [0, 1, 126, 127, 128, 300, 16389])

@@ -12,6 +12,8 @@ what it must:
   the interceptor is done, so the client's call completes after the policy's
   bookkeeping, and is then passed on unchanged (or replaced by the
   interceptor's error);
+* for an observed call (a `ReplyObserver` entry: crash detection), a copy of
+  the reply for the observer's scan; the status waits only for work it returns;
 * for a dumped call, copies of its messages and its final status.
 
 Both ends are told (through the SETTINGS frames passing by) to use no HPACK
@@ -28,7 +30,8 @@ reconnects straight away.
 
 Files: `relay.py` (the socket, routes per path, each connection's two sides),
 `connection.py` (the frames of one connection, both ways), `intercepting.py`
-(running an intercepted call on it), `calls.py` (per-call state),
+(running an intercepted call on it), `observing.py` (a call whose reply is only
+read, for crash detection), `calls.py` (per-call state),
 `unreachable.py` (serving while the runtime is down), `frames.py` and
 `headerblock.py` (HTTP/2 frames and HPACK, as far as the relay reads them),
 `limits.py` (what a client can make the relay hold; docs/transport.md).

@@ -10,7 +10,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr.transport.callstats import MethodStats
-from cri_resmgr.transport.contract import DumpSink, Interceptor
+from cri_resmgr.transport.contract import DumpSink, Interceptor, ReplyScan
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.methods import Method
 
@@ -32,6 +32,7 @@ PASS: Final = 0
 DUMP: Final = 1
 INTERCEPT: Final = 2
 REFUSE: Final = 3
+OBSERVE: Final = 4
 
 
 class PassRoute:
@@ -90,7 +91,20 @@ class InterceptRoute:
         self.reply_type = v1.response
 
 
-Route: TypeAlias = PassRoute | RefuseRoute | DumpRoute | InterceptRoute
+class ObserveRoute:
+    """The path's calls go through unread; `scan` reads a copy of each reply (a ReplyObserver)."""
+
+    __slots__ = ("kind", "path", "method", "scan", "stats")
+
+    def __init__(self, path: str, method: Method, scan: ReplyScan) -> None:
+        self.kind: Literal[4] = OBSERVE
+        self.path = path
+        self.method = method
+        self.scan = scan
+        self.stats: MethodStats | None = None
+
+
+Route: TypeAlias = PassRoute | RefuseRoute | DumpRoute | InterceptRoute | ObserveRoute
 
 
 # -- per-stream state for the calls the relay looks into ----------------------------------
@@ -155,16 +169,39 @@ class Intercepted:
         self.task: asyncio.Task[None] | None = None
         self.finished = False  # the client has had its answer
 
+    def complete(self) -> bool:
+        """The runtime has completed the call: its held frames may go to the client."""
+        return self.done.done()
+
+
+class Observed:
+    """A passed-through call whose reply is copied for its route's scan."""
+
+    __slots__ = ("route", "sid", "reply", "reserved", "overflow", "held", "task", "settled")
+
+    def __init__(self, route: ObserveRoute, sid: int):
+        self.route = route
+        self.sid = sid
+        self.reply = bytearray()  # the reply's DATA payloads
+        self.reserved = 0  # bytes of the relay's held budget the copy holds
+        self.overflow = False  # the copy did not fit the held budget: not scanned
+        self.held: list[bytes] = []  # the final frames, while the scan's awaitable runs
+        self.task: asyncio.Task[None] | None = None
+        self.settled = False  # the held frames may go to the client
+
+    def complete(self) -> bool:
+        return self.settled
+
 
 # The state of a stream the relay looks into (Connection.streams).
-StreamState: TypeAlias = Dumped | Intercepted
+StreamState: TypeAlias = Dumped | Intercepted | Observed
+
+
+def is_one_message(data: bytes | bytearray) -> bool:
+    """True if a unary call's body is one uncompressed gRPC message."""
+    return len(data) >= 5 and data[0] == 0 and len(data) == 5 + int.from_bytes(data[1:5], "big")
 
 
 def message_body(data: bytes | bytearray) -> bytes | None:
     """The one uncompressed message of a unary call's body, or None."""
-    if len(data) < 5 or data[0] != 0:
-        return None
-    length = int.from_bytes(data[1:5], "big")
-    if len(data) != 5 + length:
-        return None
-    return bytes(data[5:])
+    return bytes(data[5:]) if is_one_message(data) else None

@@ -12,9 +12,19 @@ import grpc
 
 from cri_resmgr.transport.callstats import MethodStats
 from cri_resmgr.transport.framerelay import frames as h2
-from cri_resmgr.transport.framerelay.calls import DUMP, PASS, REFUSE, Dumped, Intercepted, StreamState
+from cri_resmgr.transport.framerelay.calls import (
+    DUMP,
+    OBSERVE,
+    PASS,
+    REFUSE,
+    Dumped,
+    Intercepted,
+    Observed,
+    StreamState,
+)
 from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
 from cri_resmgr.transport.framerelay.intercepting import InterceptedCalls
+from cri_resmgr.transport.framerelay.observing import ObservedCalls
 
 if TYPE_CHECKING:
     from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -65,15 +75,27 @@ class _Out:
             self.transport.write(data)
 
 
-def _take(buf: bytearray, start: int, done: int, out: list[bytes]) -> bytes:
-    """What goes on: `out` plus the unchanged run `buf[start:done]`; the handled frames leave `buf`."""
-    if start < done:
-        out.append(bytes(buf[start:done]))
-    del buf[:done]
+def _take(buf: bytearray, data: bytes, start: int, done: int, out: list[bytes | bytearray]) -> bytes:
+    """What goes on: `out` plus the unchanged run from `start` to `done`.
+
+    The frames were read from `buf` if it held the start of one (the handled
+    frames then leave it), else from `data` itself, whose incomplete last frame
+    is kept in `buf`. A read passed on whole is not copied."""
+    if buf:
+        if start < done:
+            out.append(buf[start:done])
+        del buf[:done]
+    else:
+        if done < len(data):
+            buf += data[done:]
+        if not out:
+            return data if start == 0 and done == len(data) else data[start:done]
+        if start < done:
+            out.append(data[start:done])
     return b"".join(out)
 
 
-class Connection(InterceptedCalls):
+class Connection(InterceptedCalls, ObservedCalls):
     """One kubelet connection and its runtime connection, frame by frame."""
 
     def __init__(self, relay: FrameRelay, client: asyncio.Transport, runtime_transport: asyncio.Transport,
@@ -104,7 +126,7 @@ class Connection(InterceptedCalls):
         self.header_limit = self.limits.header_block  # a client header block
         self.grant_debt = 0  # bytes to take off the runtime's next WINDOW_UPDATEs to the client
         self.granted = asyncio.Event()
-        self._ready: list[Intercepted] = []  # answered calls whose replies go out in order
+        self._ready: list[Intercepted | Observed] = []  # answered calls whose replies go out in order
         self.blocked = False  # client frames wait for the runtime's window
         self.paused: set[str] = set()  # why the client's side is not read
         self.closed = False
@@ -183,7 +205,7 @@ class Connection(InterceptedCalls):
             self._release(st)
 
     def _release(self, st: StreamState) -> None:
-        if isinstance(st, Intercepted) and st.reserved:
+        if isinstance(st, (Intercepted, Observed)) and st.reserved:
             self.relay.held.give_back(st.reserved)
             st.reserved = 0
 
@@ -199,10 +221,12 @@ class Connection(InterceptedCalls):
         if self.closed:
             return
         buf = self.cbuf
-        buf += data
-        first = 0  # where the frames start
+        if buf or self.blocked or not self.preface:
+            buf += data
         if self.blocked:
             return
+        src = buf or data  # frames are read from the buffer only if it holds the start of one
+        first = 0  # where the frames start
         if not self.preface:
             if len(buf) < len(h2.PREFACE):
                 return
@@ -212,19 +236,28 @@ class Connection(InterceptedCalls):
             first = len(h2.PREFACE)
         done = first  # end of the frames handled
         start = 0  # start of the run of frames passed through unchanged
-        out: list[bytes] = []
+        out: list[bytes | bytearray] = []
         credit = 0  # the client's bytes the runtime does not get: the client's window back
         # Frames the relay makes for the runtime while reading (a reset) follow the run read so far.
         self.runtime.midblock = True
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(buf, first, self.runtime_max_frame):
-                length = end - pos - h2.HEADER_LEN
+            # The frames as h2.complete_frames reads them, inline: this loop runs for every frame.
+            unpack, limit, n, at = h2.HEAD.unpack_from, self.runtime_max_frame, len(src), first
+            while n - at >= h2.HEADER_LEN:
+                high, low, ftype, flags, sid = unpack(src, at)
+                length = high << 8 | low
+                if length > limit:
+                    raise h2.too_long(length, limit)
+                pos, end = at, at + h2.HEADER_LEN + length
+                if end > n:
+                    break
+                at, sid = end, sid & 0x7FFFFFFF
                 if self.cblock is not None and (ftype != h2.CONTINUATION or sid != self.cblock[0]):
                     raise h2.PeerError(f"frame of type {ftype} on stream {sid} inside the header block "
                                        f"of stream {self.cblock[0]}")
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
-                    if (st is None and sid not in self.dropped) or isinstance(st, Dumped):
+                    if (st is None and sid not in self.dropped) or isinstance(st, (Dumped, Observed)):
                         if length > self.runtime_window:
                             # A rewrite made the client's idea of the window larger
                             # than the runtime's; wait for the runtime's grants.
@@ -232,31 +265,31 @@ class Connection(InterceptedCalls):
                             self.pause_client(True, "runtime window")
                             break
                         self.runtime_window -= length
-                        if st is not None:
-                            st.request_data(h2.data_payload(flags, bytes(buf[pos + 9:end])))
+                        if isinstance(st, Dumped):
+                            st.request_data(h2.data_payload(flags, bytes(src[pos + 9:end])))
                     else:
                         if st is not None:
-                            self._client_data(st, sid, flags, bytes(buf[pos + 9:end]), length)
+                            self._client_data(st, sid, flags, bytes(src[pos + 9:end]), length)
                         credit += length
-                        out.append(bytes(buf[start:pos]))
+                        out.append(src[start:pos])
                         start = end
                 elif ftype == h2.HEADERS or ftype == h2.CONTINUATION:
-                    extra = self._client_headers(ftype, flags, sid, bytes(buf[pos + 9:end]))
+                    extra = self._client_headers(ftype, flags, sid, bytes(src[pos + 9:end]))
                     if extra:
-                        out.append(bytes(buf[start:end]))
+                        out.append(src[start:end])
                         out.append(extra)
                         start = end
                 elif ftype == h2.SETTINGS and not flags & h2.ACK:
-                    payload = bytes(buf[pos + 9:end])
+                    payload = bytes(src[pos + 9:end])
                     self.client_max_frame = h2.settings_params(payload).get(h2.SETTINGS_MAX_FRAME_SIZE,
                                                                             self.client_max_frame)
-                    out.append(bytes(buf[start:pos]))
+                    out.append(src[start:pos])
                     out.append(h2.settings_frame(h2.without_header_table(payload)))
                     start = end
                 elif ftype == h2.RST_STREAM:
                     st = self.streams.get(sid)
                     if st is None and sid in self.dropped:  # the relay ended the call already
-                        out.append(bytes(buf[start:pos]))
+                        out.append(src[start:pos])
                         start = end
                     else:
                         self._client_reset(sid, st)
@@ -269,28 +302,35 @@ class Connection(InterceptedCalls):
             return self._fail(f"bad frame from the client: {e}", h2.PROTOCOL_ERROR)
         if credit:
             self.client.send(h2.window_update(0, credit))
-        data = _take(buf, start, done, out)
+        data = _take(buf, data, start, done, out)
         if not self.closed:
             self.runtime.relay(data, self.cblock is not None)
 
     def _client_headers(self, ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
         """Reads a client header block; returns frames to send the runtime right after it."""
         fragment = h2.block_fragment(ftype, flags, payload)
-        if ftype == h2.HEADERS:
-            self.cblock = (sid, flags, bytearray(fragment))
-        elif self.cblock is None:
-            raise ValueError("CONTINUATION without HEADERS")
+        if ftype == h2.HEADERS and flags & h2.END_HEADERS:  # a whole block in one frame: most are
+            if len(fragment) > self.header_limit:
+                raise h2.PeerError(f"header block of stream {sid} exceeds {self.header_limit} bytes",
+                                   h2.ENHANCE_YOUR_CALM)
+            first_flags, block = flags, fragment
         else:
-            self.cblock[2].extend(fragment)
-        if len(self.cblock[2]) > self.header_limit:
-            # Held to read :path; a CONTINUATION flood must not grow it without end.
-            raise h2.PeerError(f"header block of stream {sid} exceeds {self.header_limit} bytes",
-                               h2.ENHANCE_YOUR_CALM)
-        if not flags & h2.END_HEADERS:
-            return b""
-        sid, first_flags, block = self.cblock
-        self.cblock = None
-        fields = self.creader.read(bytes(block), _PATH)
+            if ftype == h2.HEADERS:
+                self.cblock = (sid, flags, bytearray(fragment))
+            elif self.cblock is None:
+                raise ValueError("CONTINUATION without HEADERS")
+            else:
+                self.cblock[2].extend(fragment)
+            if len(self.cblock[2]) > self.header_limit:
+                # Held to read :path; a CONTINUATION flood must not grow it without end.
+                raise h2.PeerError(f"header block of stream {sid} exceeds {self.header_limit} bytes",
+                                   h2.ENHANCE_YOUR_CALM)
+            if not flags & h2.END_HEADERS:
+                return b""
+            sid, first_flags, held = self.cblock
+            self.cblock = None
+            block = bytes(held)
+        fields = self.creader.read(block, _PATH)
         if sid in self.open or sid in self.streams:
             return b""  # the client's trailers
         if sid <= self.last_stream:
@@ -301,6 +341,9 @@ class Connection(InterceptedCalls):
         stats = route.stats if route is not None else None
         self.open[sid] = (_clock(), stats) if stats is not None else None
         if route is None or route.kind == PASS:
+            return b""
+        if route.kind == OBSERVE:
+            self.streams[sid] = Observed(route, sid)
             return b""
         if route.kind == DUMP:
             self.streams[sid] = Dumped(route, self.relay.call_id(), self.limits.max_message)
@@ -388,7 +431,7 @@ class Connection(InterceptedCalls):
             self._drop_runtime_frames(sid)
         elif isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "cancelled by the client")
-        self._end(sid)
+        self._end(sid)  # an observed call's held status still goes out, in order (HPACK)
 
     # -- runtime -> client --------------------------------------------------------------
 
@@ -396,29 +439,45 @@ class Connection(InterceptedCalls):
         if self.closed:
             return
         buf = self.rbuf
-        buf += data
+        if buf:  # the start of a frame came in the last read
+            buf += data
+        src = buf or data
         done = start = 0
-        out: list[bytes] = []
+        out: list[bytes | bytearray] = []
         try:
-            for pos, end, ftype, flags, sid in h2.complete_frames(buf, 0, self.client_max_frame):
-                length = end - pos - h2.HEADER_LEN
+            unpack, limit, n, at = h2.HEAD.unpack_from, self.client_max_frame, len(src), 0
+            while n - at >= h2.HEADER_LEN:  # as in from_client
+                high, low, ftype, flags, sid = unpack(src, at)
+                length = high << 8 | low
+                if length > limit:
+                    raise h2.too_long(length, limit)
+                pos, end = at, at + h2.HEADER_LEN + length
+                if end > n:
+                    break
+                at, sid = end, sid & 0x7FFFFFFF
                 done = end
                 keep = True
                 if ftype == h2.DATA:
                     st = self.streams.get(sid)
-                    if st is not None or sid in self.dropped:
-                        keep = self._runtime_data(st, sid, flags, bytes(buf[pos:end]), length)
+                    if isinstance(st, Observed):
+                        with memoryview(src) as view:
+                            self._observed_data(st, sid, flags, view[pos:end])
+                    elif st is not None or sid in self.dropped:
+                        keep = self._runtime_data(st, sid, flags, bytes(src[pos:end]), length)
                     elif flags & h2.END_STREAM:
                         self._end(sid)
+                elif ftype == h2.HEADERS and flags & h2.END_HEADERS and self.rblock is None \
+                        and sid not in self.streams and sid not in self.dropped:
+                    self._passed_headers(flags, sid, h2.block_fragment(ftype, flags, bytes(src[pos + 9:end])))
                 elif ftype == h2.HEADERS or ftype == h2.CONTINUATION:
-                    keep = self._runtime_headers(ftype, flags, sid, bytes(buf[pos:end]))
+                    keep = self._runtime_headers(ftype, flags, sid, bytes(src[pos:end]))
                 elif ftype == h2.WINDOW_UPDATE:
-                    increment = int.from_bytes(buf[pos + 9:pos + 13], "big") & 0x7FFFFFFF
+                    increment = int.from_bytes(src[pos + 9:pos + 13], "big") & 0x7FFFFFFF
                     if sid == 0:
                         self.runtime_window += increment
                         self.granted.set()
                         if self.grant_debt:  # the client's share is smaller by what the relay added
-                            out.append(bytes(buf[start:pos]))
+                            out.append(src[start:pos])
                             start = end
                             granted = increment - self.grant_debt
                             self.grant_debt = max(0, -granted)
@@ -429,25 +488,25 @@ class Connection(InterceptedCalls):
                         if isinstance(st, Intercepted):  # the client's window is the relay's to give
                             st.window += increment
                             self.granted.set()
-                        keep = st is None and sid not in self.dropped or isinstance(st, Dumped)
+                        keep = st is None and sid not in self.dropped or isinstance(st, (Dumped, Observed))
                 elif ftype == h2.RST_STREAM:
                     st = self.streams.get(sid)
                     if st is not None or sid in self.dropped:
-                        keep = self._runtime_reset(st, sid, bytes(buf[pos:end]))
+                        keep = self._runtime_reset(st, sid, bytes(src[pos:end]))
                     else:
                         self._end(sid)
                 elif ftype == h2.SETTINGS and not flags & h2.ACK:
-                    self._runtime_settings(bytes(buf[pos + 9:end]))
-                    out.append(bytes(buf[start:pos]))
-                    out.append(h2.settings_frame(h2.without_header_table(bytes(buf[pos + 9:end]))))
+                    self._runtime_settings(bytes(src[pos + 9:end]))
+                    out.append(src[start:pos])
+                    out.append(h2.settings_frame(h2.without_header_table(bytes(src[pos + 9:end]))))
                     start = end
                     continue
                 if not keep:
-                    out.append(bytes(buf[start:pos]))
+                    out.append(src[start:pos])
                     start = end
         except (BlockError, ValueError, IndexError) as e:  # PeerError included: the runtime broke it
             return self._fail(f"bad frame from the runtime: {e}")
-        data = _take(buf, start, done, out)
+        data = _take(buf, data, start, done, out)
         if data and not self.closed:
             self.client.relay(data, self.rblock is not None and self.rblock[3] is None)
         self._flush_finished()
@@ -456,6 +515,21 @@ class Connection(InterceptedCalls):
             self.pause_client(False, "runtime window")
             self.from_client(b"")
 
+    def _passed_headers(self, flags: int, sid: int, block: bytes) -> None:
+        """The headers or trailers of a call the relay passes through, in one frame:
+        read only to follow the table, and for a timed call's status."""
+        if flags & h2.END_STREAM:
+            timing = self.open.get(sid)
+            if timing is not None:
+                code = h2.status_code(self.rreader.read(block, _CODE).get(b"grpc-status"))
+                if code != grpc.StatusCode.OK:
+                    timing[1].error(code)
+            else:
+                self.rreader.read(block)
+            self._end(sid)
+        else:
+            self.rreader.read(block)
+
     def _runtime_headers(self, ftype: int, flags: int, sid: int, frame: bytes) -> bool:
         fragment = h2.block_fragment(ftype, flags, frame[9:])
         if ftype == h2.HEADERS:
@@ -463,6 +537,8 @@ class Connection(InterceptedCalls):
             if isinstance(st, Intercepted) and not st.finished:
                 holder = st.held if flags & h2.END_STREAM else None
                 st.headers_sent = st.headers_sent or holder is None
+            elif isinstance(st, Observed):  # trailers in several frames wait for the scan (rare)
+                holder = st.held if flags & h2.END_STREAM and not flags & h2.END_HEADERS else None
             elif isinstance(st, Intercepted) or sid in self.dropped:
                 holder = []
             else:
@@ -496,6 +572,10 @@ class Connection(InterceptedCalls):
             status = (h2.status_code(fields.get(b"grpc-status")), h2.status_message(fields.get(b"grpc-message")))
             if timing is not None and status[0] != grpc.StatusCode.OK:
                 timing[1].error(status[0])
+        if isinstance(st, Observed):
+            if status is None:
+                return True  # the reply's headers
+            return self._observed_status(st, status[0], frame if holder is None else None)
         if isinstance(st, Intercepted) and not st.finished:
             if status is not None:
                 st.status = status
@@ -533,6 +613,12 @@ class Connection(InterceptedCalls):
         return False
 
     def _runtime_reset(self, st: StreamState | None, sid: int, frame: bytes) -> bool:
+        if isinstance(st, Observed):
+            if st in self._ready:  # after the held status, in order
+                st.held.append(frame)
+                return False
+            self._end(sid)
+            return True
         if isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "stream reset by the runtime")
             self._end(sid)

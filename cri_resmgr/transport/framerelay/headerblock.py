@@ -74,7 +74,20 @@ class Reader:
         return self.max_size == 0
 
     def read(self, block: bytes, wanted: frozenset[bytes] = frozenset()) -> dict[bytes, bytes]:
-        """Walks a whole block (updating the table) and returns the wanted fields."""
+        """Walks a whole block (updating the table) and returns the wanted fields.
+
+        Once the encoder has set its table to size 0 (the relay asks both ends to),
+        a block that does not start with a size update cannot change the table:
+        with nothing wanted from it, it is not walked. (A wanted field is read from
+        the whole block: a name that comes twice means its last value, as in the
+        runtime's decoder.)
+        """
+        if self.max_size == 0 and not (block and block[0] & 0xE0 == 0x20):
+            if not wanted:
+                return {}
+            found = self._find(block, wanted)
+            if found is not None:
+                return found
         return dict(self._walk(block, wanted))
 
     def fields(self, block: bytes) -> list[tuple[bytes, bytes]]:
@@ -136,6 +149,55 @@ class Reader:
         return out
 
     # -- internals ---------------------------------------------------------------------
+
+    def _find(self, block: bytes, want: frozenset[bytes]) -> dict[bytes, bytes] | None:
+        """`_walk` for a block that cannot change the table (its size is 0): the
+        wanted fields, reading integers of one byte inline (a request's block has
+        no other); None for anything else (a longer integer, a size update), which
+        the full walk then reads. Changes nothing, so the full walk may follow."""
+        coded = self._coded_names(want)
+        out: dict[bytes, bytes] = {}
+        pos, end = 0, len(block)
+        name: bytes | None
+        try:
+            while pos < end:
+                b = block[pos]
+                if b & 0x80:  # indexed field
+                    if b == 0xFF:
+                        return None
+                    name, value = self._entry(b & 0x7F)
+                    if name in want:
+                        out[name] = value
+                    pos += 1
+                    continue
+                mask = 0x3F if b & 0xC0 == 0x40 else 0x0F
+                index = b & mask
+                if index == mask or b & 0xE0 == 0x20:
+                    return None
+                pos += 1
+                if index:
+                    name = self._entry(index)[0]
+                else:  # a literal name, matched in its coded form
+                    h = block[pos]
+                    n = h & 0x7F
+                    if n == 0x7F:
+                        return None
+                    pos += 1 + n
+                    if pos > end:
+                        raise BlockError("truncated string")
+                    name = coded.get((h > 0x7F, block[pos - n:pos]))
+                h = block[pos]
+                n = h & 0x7F
+                if n == 0x7F:
+                    return None
+                start, pos = pos + 1, pos + 1 + n
+                if pos > end:
+                    raise BlockError("truncated string")
+                if name is not None and name in want:
+                    out[name] = self._decode(block, (start, pos, h > 0x7F))
+        except IndexError:
+            raise BlockError("truncated header block") from None
+        return out
 
     def _decode(self, block: bytes, at: tuple[int, int, bool]) -> bytes:
         start, end, huffman = at

@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 
 from cri_resmgr.transport.contract import InterceptError, Request
 from cri_resmgr.transport.framerelay import frames as h2
-from cri_resmgr.transport.framerelay.calls import Intercepted, UpstreamError, message_body
+from cri_resmgr.transport.framerelay.calls import Intercepted, Observed, UpstreamError, message_body
 from cri_resmgr.transport.refusals import decode_request
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class InterceptedCalls:
         runtime_max_frame: int
         grant_debt: int
         granted: asyncio.Event
-        _ready: list[Intercepted]
+        _ready: list[Intercepted | Observed]
 
         def _end(self, sid: int) -> None: ...
         def _drop_runtime_frames(self, sid: int) -> None: ...
@@ -167,7 +167,7 @@ class InterceptedCalls:
             return
         keep = []
         for st in ready:
-            if st.done.done() and not self.closed:
+            if st.complete() and not self.closed:
                 self._end(st.sid)  # first: once the client has its answer, the call holds nothing
                 self.client.send(b"".join(st.held))
                 st.held.clear()

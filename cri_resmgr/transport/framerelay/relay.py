@@ -14,12 +14,21 @@ from typing import Final, TypeAlias
 
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.callstats import CallStats
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep, TransportStats
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptionTable,
+    Keep,
+    ReplyObserver,
+    TransportStats,
+)
 from cri_resmgr.transport.framerelay.calls import (
     INTERCEPT,
+    OBSERVE,
     REFUSE,
     DumpRoute,
     InterceptRoute,
+    ObserveRoute,
     PassRoute,
     RefuseRoute,
     Route,
@@ -105,7 +114,8 @@ class FrameRelay:
     def _build(self, path: str) -> Route:
         r = self._build_route(path)
         if self.calls is not None and r.kind != REFUSE:
-            r.stats = self.calls.method(r.method.name if r.method is not None else None, r.kind == INTERCEPT)
+            r.stats = self.calls.method(r.method.name if r.method is not None else None,
+                                        r.kind == INTERCEPT or r.kind == OBSERVE)
         return r
 
     def _build_route(self, path: str) -> Route:
@@ -116,6 +126,8 @@ class FrameRelay:
         dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
         if method is not None and not (method.server_streaming or method.client_streaming):
             interceptor = self._interceptors.get(method.name)
+            if isinstance(interceptor, ReplyObserver) and dumper is None:
+                return ObserveRoute(path, method, interceptor.scan)
             if interceptor is not None:
                 # v1alpha2 is wire-identical to v1: interceptors only ever see v1 types.
                 v1 = self.methods.lookup(f"/runtime.v1.{service}/{method.name}") or method
@@ -173,13 +185,9 @@ class FrameRelay:
 
 class _Connecting:
     """A client connection's stand-in while its runtime side is being connected.
-    Reading is paused until then, so no data comes; a loss or back-pressure has
-    nothing to tell yet."""
+    Reading is paused until then; a loss or back-pressure has nothing to tell yet."""
 
     __slots__ = ()
-
-    def from_client(self, data: bytes) -> None:
-        raise RuntimeError("client data before the runtime side is connected")
 
     def client_lost(self) -> None:
         pass
@@ -203,6 +211,9 @@ class _ClientSide(asyncio.Protocol):
         self.conn: Served | _Connecting = _CONNECTING
         self._connecting: asyncio.Task[None] | None = None
         self.admitted = False
+        # What came before the runtime side was connected: reading is paused at once,
+        # but uvloop may hand over one read it made before the pause (bounded by it).
+        self.early = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # see `transport` above
@@ -231,10 +242,17 @@ class _ClientSide(asyncio.Protocol):
             conn = Connection(self.relay, self.transport, runtime, side)
         self.conn = conn
         self.relay.connections.add(conn)
+        if self.early:
+            early = bytes(self.early)
+            self.early.clear()
+            conn.from_client(early)
         self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.conn.from_client(data)
+        if isinstance(self.conn, _Connecting):
+            self.early += data
+        else:
+            self.conn.from_client(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.admitted:
