@@ -3,7 +3,8 @@
 # removes it again:
 #   scripts/install-node.sh [install] [--agent] [--webhook] [--from WHEEL|SOURCE_DIR]
 #   scripts/install-node.sh uninstall
-# install: a self-contained virtualenv under $PREFIX (the relay's run-time dependencies only;
+# install: a self-contained virtualenv under $PREFIX (the relay's run-time dependencies and,
+# where it installs, uvloop;
 # --agent adds the kubernetes client and links cri-resmgr-agent, --webhook links
 # cri-resmgr-webhook), the commands linked into $BINDIR, the systemd unit, and, only where
 # absent, /etc/default/cri-resmgr and /etc/cri-resmgr/fallback.yaml: an operator's files are
@@ -36,7 +37,7 @@ while (($#)); do
     --agent) extras+=(agent); commands+=(cri-resmgr-agent) ;;
     --webhook) commands+=(cri-resmgr-webhook) ;;  # standard library only: no extra
     --from) from=${2:?--from needs a wheel or a source directory}; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
   shift
@@ -165,6 +166,10 @@ install_venv() {
   "$PYTHON" -m venv "$ROOT$PREFIX/$venv"
   record tree "$PREFIX/$venv"
   "$ROOT$PREFIX/$venv/bin/pip" install --disable-pip-version-check --no-input -q "$spec"
+  # uvloop makes the relay cheaper per call (docs/benchmarks.md) but is optional: a
+  # platform with no wheel and no compiler runs on asyncio, and says so.
+  "$ROOT$PREFIX/$venv/bin/pip" install --disable-pip-version-check --no-input -q "uvloop>=0.19" ||
+    say "uvloop could not be installed: the relay runs on asyncio's event loop"
   [ -L "$ROOT$PREFIX/current" ] && previous=$(readlink "$ROOT$PREFIX/current")
   ln -sfn "$venv" "$ROOT$PREFIX/current.tmp"
   mv -Tf "$ROOT$PREFIX/current.tmp" "$ROOT$PREFIX/current"
