@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|webhook ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|webhook|nri ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -9,6 +9,8 @@ Sections:
   allocator  one CPU allocation on 512 CPUs, 1000 containers; p99 target 2 ms
            (tests.bench.allocator)
   webhook  admission reviews/s and latency over TLS (tests.bench.webhook)
+  nri      the NRI plugin process's CreateContainer hook latency with 1000
+           containers; p99 target 5 ms (tests.bench.nri)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.bench import allocator as bench_allocator
+from tests.bench import nri as bench_nri
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
 from tests.bench.relay import format_table
@@ -107,6 +110,7 @@ SECTIONS: dict[str, Section] = {
     "policy": Section("policy", _run_policy, _format_policy),
     "allocator": Section("allocator", lambda log: bench_allocator.run(), bench_allocator.format_result),
     "webhook": Section("webhook", _run_webhook, _format_webhook),
+    "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
 }
 
 
