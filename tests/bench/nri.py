@@ -8,16 +8,22 @@ containers on a generated 64-CPU machine (2 sockets, 16 cores each, 2 threads),
 so its reply carries an update for every shared container), then, with 1000
 containers present, removes and creates 200 more one by one. Times are wall
 times of the CreateContainer call at the double, from the request's write to the
-reply's decode. Target: p99 under 5 ms with 1000 containers.
+reply's decode. Target: p99 under 5 ms with 1000 containers. Beside them, the
+plugin's own time in the hook (its /metrics histogram, so a bucket bound): on a
+loaded 2-CPU machine the round trip's tail is mostly the two processes waiting
+for a CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
+import socket
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +73,42 @@ async def _scenario(double: RuntimeDouble, containers: int, churn: int) -> dict[
             "updates_in_replies": updates, "unsolicited": len(double.unsolicited)}
 
 
+def _in_plugin_p99_ms(metrics: str) -> float:
+    """The upper bound of the bucket holding the 99th percentile of the plugin's own
+    CreateContainer hook times."""
+    buckets = sorted((float(le), float(n)) for le, n in re.findall(
+        r'cri_resmgr_relay_call_duration_seconds_bucket\{handling="intercepted",le="([^"+]+)",'
+        r'method="CreateContainer"\} (\S+)', metrics))
+    if not buckets:
+        return float("nan")
+    total = buckets[-1][1]
+    return next(le for le, n in buckets if n >= 0.99 * total) * 1e3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def run(containers: int = 1000, churn: int = 200) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="crirm-bench-nri-", dir="/tmp"))
     try:
         sysfs.generate(work / "host", sockets=2, cores_per_die=16, threads_per_core=2)
-        plugin = PluginProcess(work, str(work / "nri.sock"), str(work / "host"), config=CONFIG)
+        port = _free_port()
+        plugin = PluginProcess(work, str(work / "nri.sock"), str(work / "host"), config=CONFIG,
+                               args=("-metrics-address", f"127.0.0.1:{port}"))
 
         async def main() -> dict[str, Any]:
             double = RuntimeDouble(plugin.nri_socket)
             await double.start()
             plugin.start()
             try:
-                return await _scenario(double, containers, churn)
+                result = await _scenario(double, containers, churn)
+                url = f"http://127.0.0.1:{port}/metrics"
+                metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+                result["in_plugin_p99_ms"] = _in_plugin_p99_ms(metrics)
+                return result
             finally:
                 await asyncio.to_thread(plugin.stop)
                 await double.close()
@@ -102,6 +132,7 @@ def format_result(result: dict[str, Any]) -> str:
     lines = [f"NRI CreateContainer hook through the plugin process, {result['containers']} containers "
              "(wall ms at the runtime double)",
              format_table(["phase", "containers", "n", "p50 ms", "p99 ms", "max ms"], rows, left=2),
+             f"in the plugin (all creates): p99 <= {result['in_plugin_p99_ms']:g} ms (histogram bucket); "
              f"updates in hook replies: {result['updates_in_replies']}, unsolicited: {result['unsolicited']}; "
              f"{result['targets'][0]['target']}: {result['targets'][0]['verdict']}"]
     return "\n".join(lines)

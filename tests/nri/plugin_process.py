@@ -31,10 +31,12 @@ class PluginProcess:
                 "-state-dir", self.state_dir, "-host-root", self.host_root, "-force-config", str(self.config_path),
                 "-config-socket", "-", "-reconcile-period", "0", *self.args]
 
-    def start(self) -> PluginProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NRI_")}
+    def start(self, env: dict[str, str] | None = None, pass_fds: Sequence[int] = ()) -> PluginProcess:
+        """Started with NRI_* variables from `env` only (a runtime that launches the plugin sets them)."""
+        full = {k: v for k, v in os.environ.items() if not k.startswith("NRI_")} | (env or {})
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full,
+                                         pass_fds=tuple(pass_fds))
         return self
 
     def log(self) -> str:
