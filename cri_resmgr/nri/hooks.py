@@ -70,7 +70,7 @@ class Hooks:
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
-        self._pending_late: asyncio.Future[None] | None = None
+        self._late_sends: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
 
     # -- Feed ----------------------------------------------------------------------------
 
@@ -90,6 +90,7 @@ class Hooks:
         self._runtime.runtime_name, self._runtime.runtime_version = req.runtime_name, req.runtime_version
         if req.request_timeout > 0:
             self.request_timeout = req.request_timeout / 1000
+        self._sync_parts = None  # a new session: parts of a Synchronize the last one cut short are stale
         return api.ConfigureResponse(events=event_mask())
 
     async def synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
@@ -264,7 +265,9 @@ class Hooks:
             updates = [*updates, cpuset_update(container_id, sent.config.linux.resources)]
         if updates:
             log.warning("sending %d late container updates with UpdateContainers", len(updates))
-            self._pending_late = asyncio.ensure_future(self._runtime.push(updates))
+            sending = asyncio.ensure_future(self._runtime.push(updates))
+            self._late_sends.add(sending)
+            sending.add_done_callback(self._late_sends.discard)
 
     async def _flushed(self) -> None:
         started = time.monotonic()

@@ -27,9 +27,12 @@ class PluginProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
+        """With -force-config unless `args` name a -config-socket (the agent's configuration then)."""
+        config = [] if "-config-socket" in self.args else ["-force-config", str(self.config_path),
+                                                           "-config-socket", "-"]
         return [sys.executable, "-m", "cri_resmgr.nri.cli", "-nri-socket", self.nri_socket,
-                "-state-dir", self.state_dir, "-host-root", self.host_root, "-force-config", str(self.config_path),
-                "-config-socket", "-", "-reconcile-period", "0", *self.args]
+                "-state-dir", self.state_dir, "-host-root", self.host_root, *config,
+                "-reconcile-period", "0", *self.args]
 
     def start(self, env: dict[str, str] | None = None, pass_fds: Sequence[int] = ()) -> PluginProcess:
         """Started with NRI_* variables from `env` only (a runtime that launches the plugin sets them)."""

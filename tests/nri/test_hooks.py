@@ -122,3 +122,27 @@ def test_synchronize_in_parts_is_handed_on_once_whole() -> None:
     first, last = asyncio.run(main())
     assert first.more and not last.more
     assert calls == [2]
+
+
+def test_fields_a_runtime_knows_and_we_do_not_pass_and_our_replies_use_only_old_fields() -> None:
+    # A newer runtime's field (number 99, varint) in the container and in the request:
+    # decoded, kept as unknown, harmless.
+    extra = bytes([0x98, 0x06, 0x01])  # field 99, wire type 0, value 1
+    c = guaranteed("g1", "g", 2).SerializeToString() + extra
+    req = api.CreateContainerRequest.FromString(
+        api.CreateContainerRequest(pod=pod("g", "guaranteed")).SerializeToString()
+        + bytes([0x12, len(c)]) + c + extra)
+    assert req.container.id == "g1"
+
+    async def create(r: Request) -> Message:
+        m = r.message
+        assert isinstance(m, pb.CreateContainerRequest)
+        m.config.linux.resources.cpuset_cpus = "1"
+        return await r.forward(m)
+
+    reply = asyncio.run(_hooks({"CreateContainer": create}).create_container(req))
+    assert reply.adjust.linux.resources.cpu.cpus == "1"
+    # Configure's reply carries only `events` (field 2), which NRI v0.4 knows.
+    configured = asyncio.run(Hooks(NriRuntime("x"), _nothing).configure(api.ConfigureRequest()))
+    assert configured.SerializeToString()[:1] == b"\x10" and configured.ListFields()[0][0].name == "events"
+    assert len(configured.ListFields()) == 1

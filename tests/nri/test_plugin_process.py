@@ -5,7 +5,9 @@ with the static policy on a generated 8-CPU machine (1 socket, 4 cores, 2 thread
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import socket
 import tempfile
 import urllib.request
@@ -20,6 +22,7 @@ from cri_resmgr.nri.hooks import event_mask
 from cri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, frame
 from cri_resmgr.nri.plugin import PLUGIN_SERVICE
 from cri_resmgr.topology.cpuset import CPUSet
+from cri_resmgr_agent.relay_client import RelayConfigClient
 from tests.harness import sysfs
 from tests.nri.plugin_process import PluginProcess
 from tests.nri.runtime_double import RuntimeDouble, container, guaranteed, pod
@@ -229,3 +232,55 @@ def test_pod_stop_releases_its_containers_with_unsolicited_updates(workdir: Path
         assert cpus(double.cpus("a1")) == ONLINE
 
     run(workdir, scenario)
+
+
+def test_a_reconfiguration_reaches_running_containers_with_unsolicited_updates(workdir: Path) -> None:
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        double.pods["p1"] = pod("p1", "burstable")
+        double.containers["a1"] = container("a1", "p1", milli_cpu=500)
+        await double.wait_ready()
+        assert cpus(double.cpus("a1")) == ONLINE
+        # Fewer CPUs for the policy, re-read on SIGHUP: the running container hears of it.
+        plugin.config_path.write_text(STATIC_0_5)
+        assert plugin.proc is not None
+        os.kill(plugin.proc.pid, signal.SIGHUP)
+        for _ in range(200):
+            if double.unsolicited:
+                break
+            await asyncio.sleep(0.05)
+        assert [u.container_id for u in double.unsolicited] == ["a1"]
+        assert cpus(double.cpus("a1")) == CPUSet.parse("0-5")
+
+    plugin = run(workdir, scenario)
+    assert "SIGHUP: reloaded" in plugin.log()
+
+
+STATIC_0_5 = "policy:\n  Active: static\n  ReservedResources:\n    CPU: 1\n  AvailableResources:\n    CPU: \"0-5\"\n"
+
+
+def test_the_agents_configuration_is_applied_as_by_the_relay(workdir: Path) -> None:
+    config_socket = str(workdir / "config.sock")
+
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        double.pods["p1"] = pod("p1", "burstable")
+        double.containers["a1"] = container("a1", "p1", milli_cpu=500)
+        await double.wait_ready()
+        assert double.cpus("a1") == ""  # -policy none until the agent speaks: nothing decided
+
+        def push() -> str | None:
+            client = RelayConfigClient(config_socket)
+            try:
+                module = 'Active: static\nReservedResources: {CPU: 1}\nAvailableResources: {CPU: "0-5"}\n'
+                return client.set_config("node1", {"policy": module}, "test agent", "1")
+            finally:
+                client.close()
+
+        assert await asyncio.to_thread(push) is None
+        for _ in range(200):
+            if double.unsolicited:
+                break
+            await asyncio.sleep(0.05)
+        assert cpus(double.cpus("a1")) == CPUSet.parse("0-5")
+
+    plugin = run(workdir, scenario, args=("-config-socket", config_socket))
+    assert "configuration from test agent in force: policy static" in plugin.log()
