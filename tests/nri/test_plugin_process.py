@@ -284,3 +284,29 @@ def test_the_agents_configuration_is_applied_as_by_the_relay(workdir: Path) -> N
 
     plugin = run(workdir, scenario, args=("-config-socket", config_socket))
     assert "configuration from test agent in force: policy static" in plugin.log()
+
+
+def test_a_plugin_started_before_the_runtime_connects_once_it_is_there(workdir: Path) -> None:
+    plugin = PluginProcess(workdir, str(workdir / "nri.sock"), str(workdir / "host"))
+
+    async def main() -> None:
+        plugin.start()
+        double = RuntimeDouble(plugin.nri_socket)
+        try:
+            for _ in range(600):  # until the plugin has tried and failed at least once
+                if "cannot connect to NRI" in plugin.log():
+                    break
+                await asyncio.sleep(0.05)
+            await double.start()
+            session = await double.wait_ready()
+            assert session.registered is not None
+        finally:
+            await asyncio.to_thread(plugin.stop)
+            await double.close()
+
+    try:
+        asyncio.run(main())
+    except BaseException:
+        print(plugin.log())
+        raise
+    assert plugin.log().count("cannot connect to NRI") == 1  # logged once per outage, not per attempt
