@@ -31,3 +31,18 @@ def test_an_unusable_state_dir_is_an_os_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(OSError):
         statelock.acquire(str(tmp_path / "file" / "state"), "test")
+
+
+def test_the_relay_refuses_a_state_dir_the_nri_plugin_holds(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    held = statelock.acquire(state, "cri-resmgr NRI plugin")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cri_resmgr.cli", "-relay-socket", str(tmp_path / "relay.sock"),
+             "-runtime-socket", str(tmp_path / "no-runtime.sock"), "-config-socket", "-", "-state-dir", state,
+             "-runtime-wait-timeout", "30"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        held.release()
+    assert done.returncode == 1
+    assert f"state directory {state} is in use by cri-resmgr NRI plugin (pid" in done.stderr
