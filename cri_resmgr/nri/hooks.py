@@ -106,17 +106,26 @@ class Hooks:
         async with self._lock:
             self._runtime.synchronize(pods, containers)
             self._runtime.collect()
+            work = asyncio.ensure_future(self._synchronized())
+            deadline = self.request_timeout * HOOK_SHARE
             try:
-                if self.on_synchronize is not None:
-                    await self.on_synchronize()
-                await self._flushed()
-            except Exception as e:  # adoption failed: the runtime still gets its answer
-                self._failed("Synchronize", e)
+                await asyncio.wait_for(asyncio.shield(work), deadline)
+            except TimeoutError:
+                # The runtime gets what is ready; the rest goes out with UpdateContainers.
+                log.warning("synchronizing takes longer than %gs: answering with what is ready", deadline)
             finally:
                 updates = self._runtime.collected()
         if updates:
             log.info("synchronized: %d containers get new CPUs", len(updates))
         return api.SynchronizeResponse(update=updates)
+
+    async def _synchronized(self) -> None:
+        try:
+            if self.on_synchronize is not None:
+                await self.on_synchronize()
+            await self._flushed()
+        except Exception as e:  # adoption failed: the runtime still gets its answer
+            self._failed("Synchronize", e)
 
     async def shutdown_requested(self, req: api.Empty) -> api.Empty:
         log.info("the runtime is shutting down")

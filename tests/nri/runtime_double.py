@@ -21,6 +21,8 @@ from cri_resmgr.nri import ttrpc
 from cri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from cri_resmgr.nri.plugin import PLUGIN_SERVICE, RUNTIME_SERVICE
 
+REQUEST_TIMEOUT_MS = 10_000
+
 
 @dataclass
 class Session:
@@ -81,8 +83,10 @@ class RuntimeDouble:
 
     async def _set_up(self, session: Session) -> None:
         """What the runtime does once a plugin registered: Configure, then Synchronize."""
+        # A generous request timeout (runtimes let it be configured): on this loaded shared
+        # machine the tests must not depend on the plugin answering within NRI's 2 s default.
         cfg = api.ConfigureRequest(runtime_name="double", runtime_version="1.0", registration_timeout=5000,
-                                   request_timeout=2000, NRI_version="v0.10.0")
+                                   request_timeout=REQUEST_TIMEOUT_MS, NRI_version="v0.10.0")
         session.configured = await self._call(session, "Configure", cfg, api.ConfigureResponse)
         pods, containers = list(self.pods.values()), list(self.containers.values())
         parts = max(self.sync_parts, 1)
@@ -125,11 +129,12 @@ class RuntimeDouble:
         await asyncio.gather(*s.tasks, return_exceptions=True)
 
     async def _call(self, session: Session, method: str, req: Message, kind: type[Message],
-                    timeout: float = 2.0) -> Message:
+                    timeout: float = REQUEST_TIMEOUT_MS / 1000) -> Message:
         data = await session.plugin.call(PLUGIN_SERVICE, method, req.SerializeToString(), timeout)
         return kind.FromString(data)
 
-    async def call(self, method: str, req: Message, kind: type[Message], timeout: float = 2.0) -> Message:
+    async def call(self, method: str, req: Message, kind: type[Message],
+                   timeout: float = REQUEST_TIMEOUT_MS / 1000) -> Message:
         return await self._call(self.session, method, req, kind, timeout)
 
     # -- what kubelet would make the runtime do ------------------------------------------------------

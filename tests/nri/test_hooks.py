@@ -146,3 +146,26 @@ def test_fields_a_runtime_knows_and_we_do_not_pass_and_our_replies_use_only_old_
     configured = asyncio.run(Hooks(NriRuntime("x"), _nothing).configure(api.ConfigureRequest()))
     assert configured.SerializeToString()[:1] == b"\x10" and configured.ListFields()[0][0].name == "events"
     assert len(configured.ListFields()) == 1
+
+
+def test_a_slow_synchronize_is_answered_in_time_with_what_is_ready() -> None:
+    runtime = NriRuntime("test.sock")
+    done: list[bool] = []
+
+    async def slow() -> None:
+        await asyncio.sleep(0.3)
+        done.append(True)
+
+    async def main() -> tuple[api.SynchronizeResponse, bool]:
+        hooks = Hooks(runtime, _nothing, slow)
+        hooks.request_timeout = 0.1
+        reply = await hooks.synchronize(api.SynchronizeRequest(containers=[container("a", "p")]))
+        answered_first = not done
+        for _ in range(100):
+            if done:
+                break
+            await asyncio.sleep(0.05)
+        return reply, answered_first
+
+    reply, answered_first = asyncio.run(main())
+    assert reply == api.SynchronizeResponse() and answered_first and done
