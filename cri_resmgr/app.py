@@ -10,7 +10,7 @@ from collections.abc import Callable
 import grpc
 import yaml
 
-from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify
+from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock
 from cri_resmgr.agent_client import AgentClient
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
@@ -134,10 +134,12 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     methods = MethodTable()
     runtime, image, primary = _upstreams(settings)
 
-    # Refuse early if another relay is live, before waiting on the runtime.
+    # Refuse early if another relay is live, before waiting on the runtime; and if another
+    # front end (a relay on another socket, the NRI plugin) manages the state directory.
     try:
         sockets.prepare(sockets.strip_scheme(settings.relay_socket))
-    except sockets.SocketError as e:
+        state_lock = statelock.acquire(settings.state_dir, "cri-resmgr relay")
+    except (sockets.SocketError, statelock.StateDirBusy) as e:
         log.error("%s", e)
         return 1
 
@@ -220,4 +222,5 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     await controller.close()
     for up in {id(u): u for u in (runtime, image) if u is not None}.values():
         await up.close()
+    state_lock.release()
     return 0

@@ -55,6 +55,11 @@ shopt -s nullglob
 for p in protos/*.proto; do
     [[ "$(basename "$p")" == runtime_v1alpha2.proto ]] || cp "$p" "$src/"
 done
+# NRI's messages and ttRPC's envelope (cri_resmgr/nri/): their own folder for their
+# attribution, compiled beside the others (file names carry the nri_ prefix).
+for p in protos/nri/*.proto; do
+    cp "$p" "$src/"
+done
 {
     echo "// generated from runtime_v1.proto by scripts/gen-protos.sh; do not edit"
     echo

@@ -146,8 +146,25 @@ def _put(table: dict[str, V], key: str, value: V, capacity: int) -> None:
     table[key] = value
 
 
+def _cri(message: Message) -> bool:
+    """A CRI message; NRI's (dumped by the NRI plugin) share method and type names with CRI's."""
+    return message.DESCRIPTOR.full_name.startswith("runtime.")
+
+
+def _nri_qualifier(request: Message) -> str:
+    """'ns/pod' or 'ns/pod:container' of an NRI request (its `pod` and `container` fields)."""
+    fields = request.DESCRIPTOR.fields_by_name
+    pod = _field(request, "pod") if "pod" in fields else None
+    ctr = _field(request, "container") if "container" in fields else None
+    where = f"{_text(pod, 'namespace')}/{_text(pod, 'name')}" if pod is not None and _text(pod, "name") else ""
+    name = _text(ctr, "name") if ctr is not None else ""
+    return f"{where}:{name}" if where and name else where or name
+
+
 def request_qualifier(method_name: str, request: Message, names: NameBook) -> str:
     """What a request is about: 'ns/pod', 'pod:container', an image, or ''."""
+    if not _cri(request):
+        return _nri_qualifier(request)
     if method_name == "RunPodSandbox":
         namespace, name = _metadata(request, "config")
         return f"{namespace}/{name}" if namespace else name
@@ -164,6 +181,8 @@ def request_qualifier(method_name: str, request: Message, names: NameBook) -> st
 
 def learn_from_call(method_name: str, request: Message | None, reply: Message, names: NameBook) -> None:
     """Update names from a successful reply (and its request, when decoded)."""
+    if not _cri(reply):
+        return
     if method_name == "RunPodSandbox" and request is not None:
         names.add_pod(_text(reply, "pod_sandbox_id"), *_metadata(request, "config"))
     elif method_name == "CreateContainer" and request is not None:

@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.transport.upstream import Upstream
+from cri_resmgr.engine.runtime import RuntimeCalls
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
         cpuset_cpus=str(cpu.get("cpus") or ""), cpuset_mems=str(cpu.get("mems") or ""))
 
 
-async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
+async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
     """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
     live_pods = await _live_pods(upstream, cache)
     cache.pods = live_pods
@@ -77,7 +77,7 @@ async def adopt(upstream: Upstream, cache: Cache, reserved_namespaces: tuple[str
     return counts
 
 
-async def unknown_containers(upstream: Upstream, cache: Cache, containers: list[pb.Container],
+async def unknown_containers(upstream: RuntimeCalls, cache: Cache, containers: list[pb.Container],
                              reserved_namespaces: tuple[str, ...]) -> list[ContainerRecord]:
     """Records for running containers the cache does not know (the periodic reconcile),
     built as at start-up; a pod the cache does not know either is asked for once."""
@@ -99,7 +99,7 @@ async def unknown_containers(upstream: Upstream, cache: Cache, containers: list[
     return records
 
 
-async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
+async def _live_pods(upstream: RuntimeCalls, cache: Cache) -> dict[str, PodRecord]:
     """The runtime's ready pods; the saved record of each is kept when it has its cgroup parent."""
     pods = await upstream.call(V1 + "ListPodSandbox", pb.ListPodSandboxRequest(),
                                pb.ListPodSandboxResponse)
@@ -120,7 +120,7 @@ async def _live_pods(upstream: Upstream, cache: Cache) -> dict[str, PodRecord]:
     return live
 
 
-async def _new_container(upstream: Upstream, c: pb.Container, pod: PodRecord,
+async def _new_container(upstream: RuntimeCalls, c: pb.Container, pod: PodRecord,
                          reserved_namespaces: tuple[str, ...]) -> ContainerRecord:
     """A running container the cache did not know, with the resources its runtime spec holds."""
     status = await upstream.call(V1 + "ContainerStatus",

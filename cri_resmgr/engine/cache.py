@@ -109,30 +109,31 @@ class Cache:
     def save(self, policy: str, assignments: Mapping[str, Assignment]) -> None:
         self.write(self.snapshot(policy, assignments))
 
-    def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> bytes | None:
-        """The state as bytes, taken where the cache is owned (the event loop)."""
+    def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> dict[str, Any] | None:
+        """The state as plain data, taken where the cache is owned (the event loop);
+        `write` turns it into JSON, off the loop (the encoding is the costly part)."""
         if self.path is None:
             return None
-        data = {
+        return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "saved": time.time(),
             "policy": policy,
-            "pods": {p.id: dataclasses.asdict(p) for p in self.pods.values()},
+            "pods": {p.id: _pod_json(p) for p in self.pods.values()},
             "containers": {c.key: _container_json(c) for c in self.containers.values() if c.id},
             "assignments": {k: a.to_json() for k, a in assignments.items()},
         }
-        return json.dumps(data, separators=(",", ":")).encode()
 
-    def write(self, data: bytes | None) -> None:
+    def write(self, data: dict[str, Any] | None) -> None:
         """Write, fsync, rename: a crash leaves the old file or the new one. Safe off-loop."""
         if self.path is None or data is None:
             return
+        encoded = json.dumps(data, separators=(",", ":")).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            f.write(encoded)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -168,9 +169,31 @@ class Cache:
         return Saved(policy=policy, assignments=assignments)
 
 
+# The state is saved on the event loop, many times a second under churn: these build
+# what dataclasses.asdict would, field by field, at a fraction of its cost (its
+# recursive deep copy took some 250 ms for 1000 containers, stalling every call).
+_POD_FIELDS = tuple(f.name for f in dataclasses.fields(PodRecord))
+_CONTAINER_FIELDS = tuple(f.name for f in dataclasses.fields(ContainerRecord))
+_WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload))
+_MAPPINGS = ("annotations", "labels", "pod_annotations", "container_annotations", "resources")
+
+
+def _plain(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
+    d = {n: getattr(obj, n) for n in names}
+    for n in _MAPPINGS:
+        if n in d:
+            d[n] = dict(d[n])
+    return d
+
+
+def _pod_json(p: PodRecord) -> dict[str, Any]:
+    return _plain(p, _POD_FIELDS)
+
+
 def _container_json(c: ContainerRecord) -> dict[str, Any]:
-    d = dataclasses.asdict(c)
-    d["workload"]["qos"] = c.workload.qos.value
+    d = _plain(c, _CONTAINER_FIELDS)
+    w = d["workload"] = _plain(c.workload, _WORKLOAD_FIELDS)
+    w["qos"] = c.workload.qos.value
     return d
 
 

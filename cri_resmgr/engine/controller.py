@@ -24,13 +24,13 @@ from cri_resmgr.engine import adopt, snapshot
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
+from cri_resmgr.engine.runtime import RuntimeCalls
 from cri_resmgr.engine.usage import NodeUsage, node_usage
 from cri_resmgr.policy.api import Assignment, Policy, PolicyError
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
-from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Controller:
     """Builds the resource manager, policy and dumper a configuration asks for,
     and swaps them into the feed."""
 
-    def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: Upstream,
+    def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimeCalls,
                  dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None):
         self._settings = settings
         self._registry = registry

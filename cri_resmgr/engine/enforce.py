@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.transport.upstream import Upstream
+from cri_resmgr.engine.runtime import RuntimeCalls
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class UpdateStats:
 
 
 class Enforcer:
-    def __init__(self, upstream: Upstream, attempts: int = 4, backoff: float = 0.5,
+    def __init__(self, upstream: RuntimeCalls, attempts: int = 4, backoff: float = 0.5,
                  timeout: float = 10.0):
         self._upstream = upstream
         self._attempts = attempts

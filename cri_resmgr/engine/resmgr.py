@@ -25,9 +25,9 @@ from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.engine import adopt, classify, describe, exits, messages, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.enforce import Enforcer
+from cri_resmgr.engine.runtime import RuntimeCalls
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
-from cri_resmgr.transport.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -422,7 +422,7 @@ class ResourceManager:
 
     # -- reconcile with the runtime --------------------------------------------------------
 
-    async def reconcile(self, upstream: Upstream) -> dict[str, int]:
+    async def reconcile(self, upstream: RuntimeCalls) -> dict[str, int]:
         """Catches up with what happened behind the relay's back (crictl rm, a wiped
         containerd): containers gone from the runtime release their CPUs, exited ones
         too, and running ones the relay never saw are adopted as at start-up. Costs one

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -14,6 +14,8 @@ Sections:
   topology-aware  its decisions on 512 CPUs / 8 nodes / 1000 containers with the
            knock-on updates (p99 target 2 ms) and their restore (target 1 s)
            (tests.bench.topology_aware)
+  nri      the NRI plugin process's CreateContainer hook latency with 1000
+           containers; p99 target 5 ms (tests.bench.nri)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -37,6 +39,7 @@ from typing import Any
 
 from tests.bench import allocator as bench_allocator
 from tests.bench import balloons as bench_balloons
+from tests.bench import nri as bench_nri
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
 from tests.bench import topology_aware as bench_topology_aware
@@ -117,6 +120,7 @@ SECTIONS: dict[str, Section] = {
     "webhook": Section("webhook", _run_webhook, _format_webhook),
     "topology-aware": Section("topology-aware", lambda log: bench_topology_aware.run(),
                               bench_topology_aware.format_result),
+    "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
 }
 
 

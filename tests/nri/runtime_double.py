@@ -1,0 +1,239 @@
+"""An in-process NRI runtime double: the runtime's side of the multiplexer and
+ttRPC, as containerd's NRI adaptation behaves towards a plugin.
+
+It listens on a unix socket; a plugin that connects must RegisterPlugin on
+connection 2; the double then calls Configure and Synchronize on connection 1
+with the pods and containers it holds, and applies the updates the plugin
+answers with, as a runtime would (a ContainerAdjustment's cpuset to the new
+container, ContainerUpdates to the others, unsolicited UpdateContainers too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+
+from cri_resmgr._proto import nri_api_pb2 as api
+from cri_resmgr.nri import ttrpc
+from cri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from cri_resmgr.nri.plugin import PLUGIN_SERVICE, RUNTIME_SERVICE
+
+REQUEST_TIMEOUT_MS = 10_000
+
+
+@dataclass
+class Session:
+    mux: Mux
+    plugin: ttrpc.Client
+    tasks: list[asyncio.Task[None]]
+    registered: api.RegisterPluginRequest | None = None
+    configured: api.ConfigureResponse | None = None
+    synchronized: api.SynchronizeResponse | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RuntimeDouble:
+    def __init__(self, socket_path: str, sync_parts: int = 1):
+        self.socket_path = socket_path
+        self.pods: dict[str, api.PodSandbox] = {}
+        self.containers: dict[str, api.Container] = {}
+        self.unsolicited: list[api.ContainerUpdate] = []
+        self.sessions: list[Session] = []
+        self.sync_parts = sync_parts  # >1: Synchronize in parts with `more`, as newer runtimes do
+        self._server: asyncio.Server | None = None
+        self._new_session = asyncio.Condition()
+
+    # -- listening ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._accept, self.socket_path)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for s in self.sessions:
+            s.mux.close()
+        for s in self.sessions:
+            for t in s.tasks:
+                t.cancel()
+            await asyncio.gather(*s.tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mux = Mux(reader, writer)
+        client = ttrpc.Client(mux.open(PLUGIN_SERVICE_CONN), name="double->plugin")
+        session = Session(mux, client, [])
+        server = ttrpc.Server(mux.open(RUNTIME_SERVICE_CONN), {
+            (RUNTIME_SERVICE, "RegisterPlugin"): lambda data: self._register(session, data),
+            (RUNTIME_SERVICE, "UpdateContainers"): self._update_containers,
+        }, name="double runtime service")
+        session.tasks = [asyncio.create_task(mux.run()), asyncio.create_task(server.serve()),
+                         asyncio.create_task(client.receive())]
+        self.sessions.append(session)
+        async with self._new_session:
+            self._new_session.notify_all()
+
+    async def _register(self, session: Session, data: bytes) -> bytes:
+        session.registered = api.RegisterPluginRequest.FromString(data)
+        asyncio.get_running_loop().create_task(self._set_up(session))
+        return api.Empty().SerializeToString()
+
+    async def _set_up(self, session: Session) -> None:
+        """What the runtime does once a plugin registered: Configure, then Synchronize."""
+        # A generous request timeout (runtimes let it be configured): on this loaded shared
+        # machine the tests must not depend on the plugin answering within NRI's 2 s default.
+        cfg = api.ConfigureRequest(runtime_name="double", runtime_version="1.0", registration_timeout=5000,
+                                   request_timeout=REQUEST_TIMEOUT_MS, NRI_version="v0.10.0")
+        session.configured = await self._call(session, "Configure", cfg, api.ConfigureResponse)
+        pods, containers = list(self.pods.values()), list(self.containers.values())
+        parts = max(self.sync_parts, 1)
+        reply = api.SynchronizeResponse()
+        for i in range(parts):
+            req = api.SynchronizeRequest(pods=pods[i::parts], containers=containers[i::parts], more=i < parts - 1)
+            reply = await self._call(session, "Synchronize", req, api.SynchronizeResponse)
+        self._apply_updates(reply.update)
+        session.synchronized = reply
+        session.ready.set()
+
+    async def _update_containers(self, data: bytes) -> bytes:
+        req = api.UpdateContainersRequest.FromString(data)
+        self.unsolicited.extend(req.update)
+        self._apply_updates(req.update)
+        return api.UpdateContainersResponse().SerializeToString()
+
+    # -- the plugin's session ------------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        return self.sessions[-1]
+
+    async def wait_ready(self, count: int = 1, timeout: float = 60.0) -> Session:
+        """The `count`th session, once its plugin registered, was configured and synchronized."""
+        async def wait() -> Session:
+            async with self._new_session:
+                await self._new_session.wait_for(lambda: len(self.sessions) >= count)
+            s = self.sessions[count - 1]
+            await s.ready.wait()
+            return s
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def drop(self) -> None:
+        """The runtime goes away (restart): the connection closes under the plugin."""
+        s = self.session
+        s.mux.close()
+        for t in s.tasks:
+            t.cancel()
+        await asyncio.gather(*s.tasks, return_exceptions=True)
+
+    async def _call(self, session: Session, method: str, req: Message, kind: type[Message],
+                    timeout: float = REQUEST_TIMEOUT_MS / 1000) -> Message:
+        data = await session.plugin.call(PLUGIN_SERVICE, method, req.SerializeToString(), timeout)
+        return kind.FromString(data)
+
+    async def call(self, method: str, req: Message, kind: type[Message],
+                   timeout: float = REQUEST_TIMEOUT_MS / 1000) -> Message:
+        return await self._call(self.session, method, req, kind, timeout)
+
+    # -- what kubelet would make the runtime do ------------------------------------------------------
+
+    async def run_pod(self, pod: api.PodSandbox) -> None:
+        self.pods[pod.id] = pod
+        await self.call("RunPodSandbox", api.RunPodSandboxRequest(pod=pod), api.RunPodSandboxResponse)
+
+    async def stop_pod(self, pod_id: str) -> None:
+        for c in self.containers.values():
+            if c.pod_sandbox_id == pod_id:
+                c.state = api.CONTAINER_STOPPED
+        await self.call("StopPodSandbox", api.StopPodSandboxRequest(pod=self.pods[pod_id]), api.StopPodSandboxResponse)
+
+    async def create(self, container: api.Container) -> api.CreateContainerResponse:
+        container.state = api.CONTAINER_CREATED
+        pod = self.pods[container.pod_sandbox_id]
+        reply = await self.call("CreateContainer", api.CreateContainerRequest(pod=pod, container=container),
+                                api.CreateContainerResponse)
+        assert isinstance(reply, api.CreateContainerResponse)
+        cpu = reply.adjust.linux.resources.cpu
+        if cpu.cpus:
+            container.linux.resources.cpu.cpus = cpu.cpus
+        if cpu.mems:
+            container.linux.resources.cpu.mems = cpu.mems
+        self.containers[container.id] = container
+        self._apply_updates(reply.update)
+        container.state = api.CONTAINER_RUNNING
+        await self.call("StartContainer", api.StartContainerRequest(pod=pod, container=container),
+                        api.StartContainerResponse)
+        return reply
+
+    async def stop(self, cid: str) -> api.StopContainerResponse:
+        c = self.containers[cid]
+        c.state = api.CONTAINER_STOPPED
+        reply = await self.call("StopContainer",
+                                api.StopContainerRequest(pod=self.pods[c.pod_sandbox_id], container=c),
+                                api.StopContainerResponse)
+        assert isinstance(reply, api.StopContainerResponse)
+        self._apply_updates(reply.update)
+        return reply
+
+    async def remove(self, cid: str) -> None:
+        c = self.containers.pop(cid)
+        await self.call("RemoveContainer", api.RemoveContainerRequest(pod=self.pods[c.pod_sandbox_id], container=c),
+                        api.RemoveContainerResponse)
+
+    async def update(self, cid: str, resources: api.LinuxResources) -> api.UpdateContainerResponse:
+        c = self.containers[cid]
+        reply = await self.call("UpdateContainer", api.UpdateContainerRequest(
+            pod=self.pods[c.pod_sandbox_id], container=c, linux_resources=resources), api.UpdateContainerResponse)
+        assert isinstance(reply, api.UpdateContainerResponse)
+        own = [u for u in reply.update if u.container_id == cid]
+        c.linux.resources.CopyFrom(own[-1].linux.resources if own else resources)
+        self._apply_updates([u for u in reply.update if u.container_id != cid])
+        return reply
+
+    def _apply_updates(self, updates: list[api.ContainerUpdate]) -> None:
+        for u in updates:
+            c = self.containers.get(u.container_id)
+            if c is None:
+                continue
+            cpu = u.linux.resources.cpu
+            if cpu.cpus:
+                c.linux.resources.cpu.cpus = cpu.cpus
+            if cpu.mems:
+                c.linux.resources.cpu.mems = cpu.mems
+
+    def cpus(self, cid: str) -> str:
+        return self.containers[cid].linux.resources.cpu.cpus
+
+
+# -- building pods and containers as kubelet would have them ----------------------------------------
+
+def pod(pod_id: str, qos: str = "burstable", namespace: str = "default") -> api.PodSandbox:
+    parent = {"guaranteed": f"/kubepods/pod{pod_id}", "burstable": f"/kubepods/burstable/pod{pod_id}",
+              "besteffort": f"/kubepods/besteffort/pod{pod_id}"}[qos]
+    return api.PodSandbox(id=pod_id, name=f"pod-{pod_id}", uid=f"uid-{pod_id}", namespace=namespace,
+                          linux=api.LinuxPodSandbox(cgroup_parent=parent))
+
+
+def container(cid: str, pod_id: str, milli_cpu: int = 0, limit_milli: int | None = None,
+              memory: int | None = None, state: int = api.CONTAINER_RUNNING) -> api.Container:
+    c = api.Container(id=cid, pod_sandbox_id=pod_id, name=f"ctr-{cid}", state=state)  # type: ignore[arg-type]
+    r = c.linux.resources
+    if milli_cpu:
+        r.cpu.shares.value = milli_cpu * 1024 // 1000
+    if limit_milli:
+        r.cpu.period.value = 100000
+        r.cpu.quota.value = limit_milli * 100
+    if memory:
+        r.memory.limit.value = memory
+    return c
+
+
+def guaranteed(cid: str, pod_id: str, cpus: int) -> api.Container:
+    return container(cid, pod_id, milli_cpu=cpus * 1000, limit_milli=cpus * 1000, memory=1 << 28)
+
+
+async def closing(double: RuntimeDouble) -> None:
+    with contextlib.suppress(Exception):
+        await double.close()
