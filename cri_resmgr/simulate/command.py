@@ -22,6 +22,7 @@ from cri_resmgr.simulate import churn, dumpread, machine, pods, report
 from cri_resmgr.simulate.calls import Call, WorkloadError
 from cri_resmgr.simulate.engine import Outcome, SimulationError, simulate
 from cri_resmgr.topology import Topology, TopologyError, discover
+from cri_resmgr.topology.render import render_json, render_text
 
 __all__ = ["COMMAND", "main", "run"]
 
@@ -50,6 +51,8 @@ LIVE = flags.option("live", "N", "-churn keeps about N containers alive (default
 OUTPUT = flags.choice("o", "Output: text for an operator, or JSON for tools.", ("text", "json"), "text")
 BRIEF = flags.switch("brief", "Text: leave out each decision and the picture; warnings (the first 20), pools, "
                      "invariants and timing only.")
+PRINT_MACHINE = flags.switch("print-machine", "Print the machine as `cri-resmgr topology` does (-o json: its JSON) "
+                             "and exit; no workload needed.")
 CHECK_EVERY = flags.option("check-every", "N", "Besides the containers each call touches, check every container "
                            "and pool every N calls (0: at the end only).", 0, flags.integer(low=0))
 
@@ -59,8 +62,8 @@ COMMAND = flags.Command(
     "-shape) against a workload (-dump, -pods or -churn); print each decision, the updates it caused, the requests "
     "not met, the final allocation as `cri-resmgr status` draws it, invariant checks and decision timing. Exit "
     "status 1 when an invariant does not hold.",
-    (POLICY, FORCE_CONFIG, FALLBACK_CONFIG, HOST_ROOT, TOPOLOGY, SHAPE, DUMP, PODS, CHURN, SEED, LIVE, OUTPUT, BRIEF,
-     CHECK_EVERY),
+    (POLICY, FORCE_CONFIG, FALLBACK_CONFIG, HOST_ROOT, TOPOLOGY, SHAPE, PRINT_MACHINE, DUMP, PODS, CHURN, SEED, LIVE,
+     OUTPUT, BRIEF, CHECK_EVERY),
 )
 
 
@@ -75,6 +78,8 @@ def run(values: flags.Values) -> int:
     except UnknownPolicy as e:
         raise flags.UsageError(f"invalid value for -policy: {e}") from None
     _one_of(values, (HOST_ROOT, TOPOLOGY, SHAPE), required=False)
+    if values[PRINT_MACHINE]:
+        return _print_machine(values)
     _one_of(values, (DUMP, PODS, CHURN), required=True)
     try:
         config = _config(values, registry)
@@ -86,6 +91,15 @@ def run(values: flags.Values) -> int:
         raise flags.CommandError(str(e), flags.EXIT_USAGE) from None
     _print(outcome, workload, values)
     return 0 if outcome.checker.count == 0 and outcome.policy_errors == 0 else 1
+
+
+def _print_machine(values: flags.Values) -> int:
+    try:
+        topology = _machine(values)
+    except TopologyError as e:
+        raise flags.CommandError(str(e), flags.EXIT_USAGE) from None
+    print(render_json(topology) if values[OUTPUT] == "json" else render_text(topology))
+    return 0
 
 
 def _keep(values: flags.Values) -> bool:

@@ -1,5 +1,7 @@
 """What must hold whatever the policy: checked after every call for the containers it
-touched, and over everything at the end (and every N calls when asked).
+touched, and over everything at the end (and every N calls when asked). After a call,
+the exclusive CPUs of the containers decided on are asked of the policy; those of the
+others it moved are the ones last seen (the full passes ask for every container).
 
 * every live container the policy placed has a non-empty cpuset within the CPUs the
   policy may use, and memory nodes the machine has;
@@ -55,21 +57,39 @@ class Checker:
 
     def after_call(self, where: str, events: Iterable[Event]) -> None:
         reported: dict[str, Resources | None] = {}
+        events = list(events)
+        subjects = {e.key for e in events}
         for e in events:
             if e.action == "allocate":
                 reported[e.key] = e.decision.resources
             else:
                 reported[e.key] = None
             reported.update(e.decision.others)
+        resources, containers = self.policy.resources, self.cache.containers
+        # Within one call the others a decision moved mostly share a few Resources objects:
+        # each object is judged once (the objects stay alive while the call is checked).
+        judged: dict[int, str | None] = {}
         for key, said in reported.items():
-            held = self.policy.resources(key)
-            alive = self._alive(key)
-            if said is not None and held != said and alive:
+            held = resources(key)
+            c = containers.get(key)
+            alive = c is not None and not c.released
+            if said is not None and held is not said and alive and held != said:
                 self.fail(where, f"{self._name(key)}: a decision said {_text(said)} but the policy holds "
                                  f"{_text(held)}")
-            self._check_one(where, key, held, alive)
+            if key in subjects or not alive or held is None or key in self._exclusive_of:
+                self._check_one(where, key, held, alive, key in subjects)
+                continue
+            self.checks += 1  # an other without exclusive CPUs: only its cpuset can be wrong
+            problem = judged.get(id(held), "?")
+            if problem == "?":
+                problem = judged[id(held)] = self._cpuset_problem(held.cpuset_cpus, held.cpuset_mems, _EMPTY)
+            if problem:
+                self.fail(where, f"{self._name(key)}: {problem}")
 
-    def _check_one(self, where: str, key: str, held: Resources | None, alive: bool) -> None:
+    def _check_one(self, where: str, key: str, held: Resources | None, alive: bool, exact: bool = True) -> None:
+        """`exact`: ask the policy for the container's exclusive CPUs; else (an other whose
+        cpuset a decision moved) take the ones last seen: a policy's assignment() may be
+        costly, and a full pass asks it for every container."""
         self.checks += 1
         if not alive:
             if held is not None:
@@ -79,8 +99,11 @@ class Checker:
         if held is None:
             return  # not placed by the policy (a policy error, reported as such)
         cpus = held.cpuset_cpus
-        assignment = self.policy.assignment(key)
-        exclusive = assignment.exclusive if assignment is not None else _EMPTY
+        if exact:
+            assignment = self.policy.assignment(key)
+            exclusive = assignment.exclusive if assignment is not None else _EMPTY
+        else:
+            exclusive = self._exclusive_of.get(key, _EMPTY)
         if exclusive and not exclusive <= cpus:
             self.fail(where, f"{self._name(key)}: exclusive CPUs {exclusive - cpus} are not in its cpuset {cpus}")
         self._set_exclusive(where, key, exclusive)

@@ -19,10 +19,11 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.simulate.calls import Call
 from cri_resmgr.transport.methods import MethodTable
 
-__all__ = ["Replayed", "replay", "map_ids"]
+__all__ = ["Replayed", "RuntimeUnavailable", "replay", "map_ids"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,13 @@ class Result:
 
 def replay(calls: Sequence[Call], socket: str, timing: bool = False, speed: float = 1.0, timeout: float = 60.0,
            each: Callable[[Replayed], None] | None = None) -> Result:
+    """Raises RuntimeUnavailable when nothing answers on `socket`."""
     table = MethodTable()
     target = socket if socket.startswith("unix:") else "unix://" + os.path.abspath(socket)
     result = Result()
     start = time.monotonic()
     with grpc.insecure_channel(target) as channel:
+        _check_runtime(channel, socket, min(timeout, 10.0))
         for call in calls:
             method = table.lookup(call.path)
             if method is None or method.service.endswith("ImageService") or method.server_streaming \
@@ -75,6 +78,22 @@ def replay(calls: Sequence[Call], socket: str, timing: bool = False, speed: floa
             if each is not None:
                 each(done)
     return result
+
+
+class RuntimeUnavailable(CriResmgrError):
+    pass
+
+
+def _check_runtime(channel: grpc.Channel, socket: str, timeout: float) -> None:
+    """Before anything is sent (or a log directory made): is a runtime there?"""
+    version: grpc.UnaryUnaryMultiCallable[pb.VersionRequest, pb.VersionResponse] = channel.unary_unary(
+        "/runtime.v1.RuntimeService/Version", request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.VersionResponse.FromString)
+    try:
+        version(pb.VersionRequest(), timeout=timeout)
+    except grpc.RpcError as e:
+        details = e.details() if callable(getattr(e, "details", None)) else str(e)
+        raise RuntimeUnavailable(f"the runtime at {socket} does not answer Version: {details}") from None
 
 
 def _send(channel: grpc.Channel, call: Call, request: Message, timeout: float) -> Replayed:

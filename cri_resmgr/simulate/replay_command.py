@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from cri_resmgr import flags
 from cri_resmgr.simulate.calls import WorkloadError
 from cri_resmgr.simulate.dumpread import read_dump
-from cri_resmgr.simulate.replay import Replayed, replay
+from cri_resmgr.simulate.replay import Replayed, RuntimeUnavailable, replay
 from cri_resmgr.status.command import split_file
 
 __all__ = ["COMMAND", "main"]
@@ -61,7 +61,10 @@ def _replay(values: flags.Values, dump: str | None) -> int:
             line += f" id {r.new_id[:13]}"
         print(line, flush=True)
 
-    result = replay(calls, socket, values[TIMING], values[SPEED], values[TIMEOUT], show)
+    try:
+        result = replay(calls, socket, values[TIMING], values[SPEED], values[TIMEOUT], show)
+    except RuntimeUnavailable as e:
+        raise flags.CommandError(str(e)) from None
     skipped = ", ".join(f"{m} {n}" for m, n in sorted(result.skipped.items()))
     print(f"replayed {len(result.replayed)} calls to {socket}; {result.differing} differ from the recording"
           + (f"; not sent: {skipped}" if skipped else ""), file=sys.stderr if quiet else sys.stdout)

@@ -62,7 +62,7 @@ def render_text(o: Outcome, workload: str, brief: bool = False, colour: bool = F
     topo = o.topology
     lines = [f"Simulation of policy {o.policy_name}, configuration from {o.config.source}",
              f"Machine: {len(topo.online)} CPUs ({topo.online}), {_count(len(topo.package_ids()), 'package')}, "
-             f"{len(topo.cpu_node_ids())} NUMA nodes with CPUs"
+             f"{_count(len(topo.cpu_node_ids()), 'NUMA node')} with CPUs"
              + (f", {len(topo.memory_only_node_ids())} memory-only" if topo.memory_only_node_ids() else ""),
              f"Workload: {workload}: {o.calls} calls, {o.intercepted} handed to the engine", ""]
     if not brief:

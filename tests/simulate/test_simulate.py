@@ -144,6 +144,14 @@ def test_cli_text_json_and_exit_codes(tmp_path, capsys):
     assert code == 0 and "Decisions:" not in out and "Final pools:" in out
 
 
+def test_print_machine(capsys):
+    code, out, _ = run(capsys, "-shape", "2s/2n/4c/2t/1hbm", "-print-machine")
+    assert code == 0 and out.startswith("Machine: 16 online CPUs (0-15), 8 cores, 2 packages")
+    assert "NUMANode 2 (HBM" in out
+    code, out, _ = run(capsys, "-shape", "4c", "-print-machine", "-o", "json")
+    assert code == 0 and json.loads(out)["online"] == "0-3"
+
+
 @pytest.mark.parametrize("args, says", [
     (["-shape", "4c"], "give one of -dump, -pods, -churn"),
     (["-shape", "4c", "-topology", "x.json", "-churn", "3"], "give only one of -host-root, -topology, -shape"),
@@ -169,3 +177,15 @@ def test_replay_maps_recorded_ids_anywhere_in_a_request():
                                                            label_selector={"x": "old-c"}))
     map_ids(m, {"old-c": "new-c", "old-p": "new-p"})
     assert (m.filter.id, m.filter.pod_sandbox_id, m.filter.label_selector["x"]) == ("new-c", "new-p", "old-c")
+
+
+def test_replay_refuses_a_socket_where_no_runtime_answers(tmp_path, capsys):
+    dump = tmp_path / "d.jsonl"
+    dump.write_text('{"time": null, "direction": "request", "service": "runtime.v1.RuntimeService", '
+                    '"method": "RunPodSandbox", "call_id": 1, "body": {"config": {"log_directory": "%s"}}}\n'
+                    % (tmp_path / "logs"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["replay", "-runtime-socket", str(tmp_path / "none.sock"), "-timeout", "1", str(dump)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and "does not answer Version" in err and err.count("\n") == 1
+    assert not (tmp_path / "logs").exists()  # nothing made before a runtime answered
