@@ -113,6 +113,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(TOPOLOGY.run(args[1:], _topology))
     if args[:1] == ["status"]:  # what a running relay decided (cri_resmgr/status/)
         sys.exit(status.main(args[1:]))
+    if args[:1] == ["simulate"]:  # a policy with no runtime (cri_resmgr/simulate/)
+        from cri_resmgr.simulate import command as simulate
+
+        sys.exit(simulate.main(args[1:]))
+    if args[:1] == ["replay"]:  # a recorded CRI session, sent to a runtime again
+        from cri_resmgr.simulate import replay_command
+
+        sys.exit(replay_command.main(args[1:]))
     try:
         args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
                                          LOGGER_DEBUG.name)

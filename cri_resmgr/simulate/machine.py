@@ -1,0 +1,52 @@
+"""The machine to simulate on: a sysfs tree (a directory or a tarball of one), the JSON
+of `cri-resmgr topology -o json`, or a generated shape (shape.py)."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+
+from cri_resmgr.simulate.shape import topology_of
+from cri_resmgr.topology import Topology, TopologyError, discover
+from cri_resmgr.topology.load import loads
+
+__all__ = ["from_host_root", "from_json_file", "from_shape"]
+
+TARBALL_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
+
+
+def from_host_root(path: str) -> Topology:
+    """A host root holding sys/devices/system/{cpu,node}, or a tarball of one
+    (`tar czf node.tgz sys/devices/system` run in / on the node)."""
+    if os.path.isdir(path):
+        return discover(path)
+    if not os.path.exists(path):
+        raise TopologyError(f"-host-root {path}: no such directory or tarball")
+    if not path.endswith(TARBALL_SUFFIXES):
+        raise TopologyError(f"-host-root {path}: not a directory, nor a tarball ({', '.join(TARBALL_SUFFIXES)})")
+    with tempfile.TemporaryDirectory(prefix="cri-resmgr-sim-") as root:
+        try:
+            with tarfile.open(path) as tar:
+                # The 'data' filter refuses absolute paths, '..' and device files; sysfs symlinks
+                # (cpuN/nodeM) stay, as long as they point inside the tree.
+                tar.extractall(root, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise TopologyError(f"-host-root {path}: cannot unpack: {e}") from None
+        try:
+            return discover(root)
+        except TopologyError as e:
+            raise TopologyError(f"-host-root {path} (unpacked): {e}") from None
+
+
+def from_json_file(path: str) -> Topology:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TopologyError(f"cannot read topology JSON {path}: {getattr(e, 'strerror', None) or e}") from None
+    return loads(text, path)
+
+
+def from_shape(text: str) -> Topology:
+    return topology_of(text)

@@ -1,0 +1,159 @@
+"""A YAML list of pods as a workload: each pod started, in order, as kubelet would.
+
+Accepted: a YAML list of pods, a `kind: List` with `items` (what `kubectl get pods
+-o yaml` prints), or several documents. A pod is a Kubernetes Pod (metadata, spec
+with containers and initContainers, each with resources.requests/limits), or the
+short form {name, namespace, labels, annotations, containers}. Errors name the
+file, the pod and the field: "pods.yaml: pod 3 (default/web): containers[0]:
+resources.limits.cpu: ...".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
+from cri_resmgr.simulate.calls import Call, WorkloadError
+from cri_resmgr.simulate.podcalls import Container, Ids, Pod, start_calls
+
+__all__ = ["read_pods", "parse_pods", "pod_calls"]
+
+_POD_KEYS = {"name", "namespace", "uid", "labels", "annotations", "containers", "initContainers"}
+_CONTAINER_KEYS = {"name", "resources", "requests", "limits", "labels", "annotations"}
+
+
+def read_pods(path: str) -> list[Pod]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise WorkloadError(f"cannot read pods file {path}: {e.strerror}") from None
+    return parse_pods(text, path)
+
+
+def parse_pods(text: str, source: str) -> list[Pod]:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise WorkloadError(f"{source}: not YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    items: list[Any] = []
+    for d in docs:
+        if isinstance(d, list):
+            items += d
+        elif isinstance(d, Mapping) and d.get("kind") == "List":
+            items += d.get("items") or []
+        else:
+            items.append(d)
+    if not items:
+        raise WorkloadError(f"{source}: no pods")
+    pods = [_pod(item, f"{source}: pod {i + 1}") for i, item in enumerate(items)]
+    seen: set[str] = set()
+    for i, p in enumerate(pods):
+        if str(p) in seen:
+            raise WorkloadError(f"{source}: pod {i + 1}: {p} is listed twice")
+        seen.add(str(p))
+    return pods
+
+
+def pod_calls(pods: list[Pod]) -> list[Call]:
+    ids = Ids()
+    calls: list[Call] = []
+    for pod in pods:
+        calls += start_calls(pod, ids, f"pod {pod}")[0]
+    return calls
+
+
+def _pod(item: Any, where: str) -> Pod:
+    if not isinstance(item, Mapping):
+        raise WorkloadError(f"{where}: expected a pod (a mapping), got {type(item).__name__}")
+    if "metadata" in item or "spec" in item:
+        meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+        if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+            raise WorkloadError(f"{where}: metadata and spec must be mappings")
+        flat = {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations") if k in meta}
+        flat.update({k: spec[k] for k in ("containers", "initContainers") if k in spec})
+    else:
+        flat = dict(item)
+        unknown = set(flat) - _POD_KEYS
+        if unknown:
+            raise WorkloadError(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: "
+                                f"{', '.join(sorted(_POD_KEYS))}, or a Kubernetes Pod with metadata and spec)")
+    name = flat.get("name")
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"{where}: no name")
+    namespace = flat.get("namespace", "default")
+    where = f"{where} ({namespace}/{name})"
+    if not isinstance(namespace, str) or not namespace:
+        raise WorkloadError(f"{where}: namespace: expected a string")
+    containers = _containers(flat.get("containers"), f"{where}: containers", required=True)
+    init = _containers(flat.get("initContainers"), f"{where}: initContainers", required=False)
+    names = [c.name for c in containers + init]
+    if len(set(names)) != len(names):
+        raise WorkloadError(f"{where}: container names repeat: {', '.join(names)}")
+    return Pod(name=name, namespace=namespace, uid=str(flat.get("uid") or ""), containers=containers,
+               init_containers=init, labels=_strings(flat.get("labels"), f"{where}: labels"),
+               annotations=_strings(flat.get("annotations"), f"{where}: annotations"))
+
+
+def _containers(value: Any, where: str, required: bool) -> tuple[Container, ...]:
+    if value is None and not required:
+        return ()
+    if not isinstance(value, list) or (required and not value):
+        raise WorkloadError(f"{where}: expected a list of containers")
+    return tuple(_container(c, f"{where}[{i}]") for i, c in enumerate(value))
+
+
+def _container(c: Any, where: str) -> Container:
+    if not isinstance(c, Mapping):
+        raise WorkloadError(f"{where}: expected a container (a mapping)")
+    name = c.get("name")
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"{where}: no name")
+    resources = c.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise WorkloadError(f"{where} ({name}): resources: expected a mapping")
+    unknown = set(resources) - {"requests", "limits", "claims"}
+    if unknown:
+        raise WorkloadError(f"{where} ({name}): resources: unknown keys {', '.join(sorted(unknown))}")
+    requests = resources.get("requests", c.get("requests"))
+    limits = resources.get("limits", c.get("limits"))
+    return Container(name=name, requests=_quantities(requests, f"{where} ({name}): resources.requests"),
+                     limits=_quantities(limits, f"{where} ({name}): resources.limits"),
+                     labels=_strings(c.get("labels"), f"{where} ({name}): labels"),
+                     annotations=_strings(c.get("annotations"), f"{where} ({name}): annotations"))
+
+
+def _quantities(value: Any, where: str) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise WorkloadError(f"{where}: expected a mapping such as {{cpu: 500m, memory: 64Mi}}")
+    out: dict[str, int] = {}
+    for key, text in value.items():
+        if key not in ("cpu", "memory"):
+            continue  # hugepages, ephemeral storage, devices: nothing a CPU policy reads
+        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            raise WorkloadError(f"{where}.{key}: expected a quantity, got {text!r}")
+        try:
+            out[key] = parse_cpu_milli(text) if key == "cpu" else parse_bytes(text)
+        except ValueError as e:
+            raise WorkloadError(f"{where}.{key}: {e}") from None
+    return out
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise WorkloadError(f"{where}: expected a mapping of strings")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
+            raise WorkloadError(f"{where}: {k!r}: expected a string value, got {v!r}")
+        out[k] = v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
+    return out
