@@ -86,9 +86,13 @@ class EngineCollector(Collector):
             yield h
         yield CounterMetricFamily("cri_resmgr_released_on_exit", "Containers released when seen exited",
                                   value=s.released_on_exit)
-        yield CounterMetricFamily("cri_resmgr_exclusive_cpus_denied",
-                                  "Containers that asked for exclusive CPUs and were placed without them",
+        yield CounterMetricFamily("cri_resmgr_requests_not_met",
+                                  "Containers a policy placed without what they asked for (exclusive CPUs, "
+                                  "room in a balloon...): each is logged",
                                   value=s.exclusive_denied)
+        # The name before balloons and topology-aware: the same count, kept for dashboards.
+        yield CounterMetricFamily("cri_resmgr_exclusive_cpus_denied",
+                                  "Deprecated: cri_resmgr_requests_not_met", value=s.exclusive_denied)
         yield CounterMetricFamily("cri_resmgr_updates_sent", "UpdateContainerResources sent on the relay's own",
                                   value=s.updates_sent)
         yield CounterMetricFamily("cri_resmgr_updates_failed", "Unsolicited updates given up after retries",

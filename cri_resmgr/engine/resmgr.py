@@ -364,9 +364,10 @@ class ResourceManager:
         log.info("%s: %s", w, describe.placement(self._policy.assignment(w.key), r))
 
     def _denied(self, w: Workload, warning: str) -> None:
-        """A container that asked for exclusive CPUs runs without them: a warning and a counter."""
+        """The policy placed a container without what it asked for (exclusive CPUs, room
+        in a balloon...): a warning naming it and a counter."""
         self._counts.exclusive_denied += 1
-        log.warning("%s did not get the exclusive CPUs it asked for: %s", w, warning)
+        log.warning("%s placed without what it asked for: %s", w, warning)
 
     def _would(self, w: Workload, r: Resources) -> None:
         where = describe.placement(self._policy.assignment(w.key), r)

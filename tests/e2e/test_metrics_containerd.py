@@ -30,6 +30,7 @@ FAMILIES = {  # name as the parser gives it (counters without _total) -> type
     "cri_resmgr_policy_decision_duration_seconds": "histogram",
     "cri_resmgr_policy_decisions": "counter",
     "cri_resmgr_exclusive_cpus_denied": "counter",
+    "cri_resmgr_requests_not_met": "counter",
     "cri_resmgr_pool_cpus": "gauge",
     "cri_resmgr_pool_exclusive_cpus": "gauge",
     "cri_resmgr_pool_shared_cpus": "gauge",

@@ -270,7 +270,7 @@ def test_metrics_endpoint(containerd, cgroup_root, workdir):
         assert 'cri_resmgr_policy_active{policy="static"} 1.0' in text
         assert "cri_resmgr_policy_decisions_total 2.0" in text
         assert "cri_resmgr_containers 2.0" in text
-        assert "cri_resmgr_exclusive_cpus_denied_total" in text
+        assert "cri_resmgr_requests_not_met_total" in text
         # Health on the same address: the runtime answers Version and the policy is in force.
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read() == b"ok\n"
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).read() == b"ready\n"

@@ -90,8 +90,9 @@ def test_guaranteed_container_without_its_exclusive_cpus_is_a_warning_and_counte
     e.kubelet.start_pod(guaranteed("late", "2"))
     e.flush()
     warnings = _messages(caplog, logging.WARNING)
-    assert any(m.startswith("default/late:c did not get the exclusive CPUs it asked for") for m in warnings), \
+    assert any(m.startswith("default/late:c placed without what it asked for") for m in warnings), \
         warnings
     assert e.ctl.stats().exclusive_denied == 1
     samples = {s.name: s.value for m in EngineCollector(e.ctl).collect() for s in m.samples}
-    assert samples["cri_resmgr_exclusive_cpus_denied_total"] == 1
+    assert samples["cri_resmgr_requests_not_met_total"] == 1
+    assert samples["cri_resmgr_exclusive_cpus_denied_total"] == 1  # the deprecated name
