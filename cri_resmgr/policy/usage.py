@@ -37,8 +37,10 @@ class PolicyUsage:
 
     def pool_cpus(self) -> dict[str, CPUSet]:
         """Each pool's CPUs now, by name (`cri-resmgr status`): the shared pool's CPUs, the
-        reserved and isolated pools whole, and every exclusive CPU in use, whatever its source."""
-        out = {p.name: (p.shared if p.name == "shared" else p.cpus) for p in self.pools}
+        reserved and isolated pools whole, and every exclusive CPU in use, whatever its source.
+        Pools with a kind (a tree level, a balloon type) give what their containers run on:
+        a tree's pools overlap, and their capacity is in the pool table."""
+        out = {p.name: (p.shared if p.name == "shared" or p.kind else p.cpus) for p in self.pools}
         out.setdefault("reserved", CPUSet())
         out["exclusive"] = CPUSet().union(*self.exclusive.values())
         return out
