@@ -352,22 +352,26 @@ class ResourceManager:
                 continue
             self._applied[key] = target
             if self._enforcer is not None:
-                linux = self._resources_of(c)
-                _apply(linux, target, texts)
+                linux = self._changed(c, target, texts)
                 self._linux[key] = linux
-                c.resources = _with_cpuset(c.resources, linux)
                 self._enforcer.submit(c.id, linux, str(c.workload))
 
-    def _resources_of(self, c: ContainerRecord) -> pb.LinuxContainerResources:
-        """A copy of the container's resources as last set, to change and send. The
-        message kept from the last change is copied (cheap); the saved dict is parsed
-        only when there is none (after a restart, an unsolicited update)."""
+    def _changed(self, c: ContainerRecord, target: Resources, texts: dict[CPUSet, str]) -> pb.LinuxContainerResources:
+        """The container's resources as last set, with the policy's fields changed, to
+        send; `c.resources` follows. A copy of the message kept from the last change is
+        changed, and the dict's cpuset values replaced (cheap); without a kept message
+        (after a restart, after kubelet's own update) or when a cpuset key comes or
+        goes, the dict is parsed and re-encoded, which also restores json_format's key
+        order: the state file is what the round trip alone gave."""
         linux = pb.LinuxContainerResources()
         kept = self._linux.get(c.key)
         if kept is not None:
             linux.CopyFrom(kept)
         else:
             json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
+        _apply(linux, target, texts)
+        fast = _with_cpuset(c.resources, linux) if kept is not None else None
+        c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
         return linux
 
     async def _policy_failed(self, req: Request, who: str, error: Exception) -> pb.CreateContainerResponse:
@@ -566,15 +570,16 @@ def _copy(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResources:
 _CPUSET_FIELDS = ("cpuset_cpus", "cpuset_mems")
 
 
-def _with_cpuset(saved: Mapping[str, Any], linux: pb.LinuxContainerResources) -> dict[str, Any]:
-    """`saved` (a json_format dict) with the cpuset fields of `linux`: what
-    MessageToDict(linux) gives when `linux` is `saved` parsed with only its cpuset
-    changed (strings: an empty one is a default, left out)."""
+def _with_cpuset(saved: Mapping[str, Any], linux: pb.LinuxContainerResources) -> dict[str, Any] | None:
+    """`saved` (json_format's dict of a message, in its key order) with the cpuset
+    values of `linux`: what MessageToDict(linux) gives when `linux` is `saved` parsed
+    with only its cpuset changed. None when a cpuset key would come or go (json_format
+    leaves empty strings out): its place in the order is json_format's to give."""
     out = dict(saved)
     for name in _CPUSET_FIELDS:
         value = getattr(linux, name)
+        if bool(value) != (name in out):
+            return None
         if value:
             out[name] = value
-        else:
-            out.pop(name, None)
     return out
