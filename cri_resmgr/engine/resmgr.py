@@ -413,8 +413,12 @@ class ResourceManager:
             self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
 
     async def _save_later(self) -> None:
-        await asyncio.sleep(SAVE_DELAY)
-        while self._dirty:
+        while True:
+            # Also between writes: changes made during a write wait for the next
+            # round, or under churn saves would follow each other without a pause.
+            await asyncio.sleep(SAVE_DELAY)
+            if not self._dirty:
+                return
             self._dirty = False
             data = self._cache.snapshot(self._policy_name, self._policy.assignments())
             try:
