@@ -26,8 +26,30 @@ STATE_VERSION = 1
 STATE_FILE = "state.json"
 
 
+class _Encoded:
+    """A record that keeps its JSON text in the state file until one of its fields
+    is set again: a save re-encodes only the records that changed since the last.
+    (Fields are replaced, never changed in place: their dicts are values.)"""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        object.__setattr__(self, "_encoded", None)
+
+    def encoded(self) -> str:
+        """The record's entry in its table of the state file: `"key":{...}`."""
+        text: str | None = getattr(self, "_encoded", None)
+        if text is None:
+            key, value = self._entry()
+            text = _entry(key, value)
+            object.__setattr__(self, "_encoded", text)
+        return text
+
+    def _entry(self) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+
 @dataclass
-class PodRecord:
+class PodRecord(_Encoded):
     id: str
     name: str
     namespace: str
@@ -36,9 +58,12 @@ class PodRecord:
     annotations: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
+    def _entry(self) -> tuple[str, dict[str, Any]]:
+        return self.id, _pod_json(self)
+
 
 @dataclass
-class ContainerRecord:
+class ContainerRecord(_Encoded):
     key: str  # the policy's key; stable from before the runtime assigns an id
     pod_id: str
     name: str
@@ -49,6 +74,37 @@ class ContainerRecord:
     # updates resend the container's other resources unchanged.
     resources: dict[str, Any] = field(default_factory=dict)
     released: bool = False
+
+    def _entry(self) -> tuple[str, dict[str, Any]]:
+        return self.key, _container_json(self)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _entry(key: str, value: Any) -> str:
+    return f"{_dumps(key)}:{_dumps(value)}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state file's parts, each pod, container and assignment as its JSON
+    entry (`"key":{...}`) in its table."""
+
+    head: dict[str, Any]
+    pods: list[str]
+    containers: list[str]
+    assignments: list[str]
+
+    def encode(self) -> bytes:
+        """The bytes json.dumps(state, separators=(",", ":")) gives for the whole state."""
+        def table(entries: list[str]) -> str:
+            return "{" + ",".join(entries) + "}"
+
+        head = _dumps(self.head)[:-1]  # without its closing brace: the tables follow
+        return (f'{head},"pods":{table(self.pods)},"containers":{table(self.containers)},'
+                f'"assignments":{table(self.assignments)}}}').encode()
 
 
 @dataclass
@@ -63,6 +119,9 @@ class Cache:
         self.pods: dict[str, PodRecord] = {}
         self.containers: dict[str, ContainerRecord] = {}  # by key
         self._by_id: dict[str, str] = {}
+        # The last encoding of each assignment, with what it encoded (policies build
+        # assignments anew for each save: equal ones are not encoded again).
+        self._assignments_encoded: dict[str, tuple[Assignment, str]] = {}
 
     # -- queries ---------------------------------------------------------------
 
@@ -109,26 +168,37 @@ class Cache:
     def save(self, policy: str, assignments: Mapping[str, Assignment]) -> None:
         self.write(self.snapshot(policy, assignments))
 
-    def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> dict[str, Any] | None:
-        """The state as plain data, taken where the cache is owned (the event loop);
-        `write` turns it into JSON, off the loop (the encoding is the costly part)."""
+    def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> Snapshot | None:
+        """The state, taken where the cache is owned (the event loop): each pod,
+        container and assignment as its JSON text, encoded anew only when it changed
+        since the last save. `write` joins them, off the loop."""
         if self.path is None:
             return None
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "saved": time.time(),
-            "policy": policy,
-            "pods": {p.id: _pod_json(p) for p in self.pods.values()},
-            "containers": {c.key: _container_json(c) for c in self.containers.values() if c.id},
-            "assignments": {k: a.to_json() for k, a in assignments.items()},
-        }
+        return Snapshot(
+            head={"format": STATE_FORMAT, "version": STATE_VERSION, "saved": time.time(), "policy": policy},
+            pods=[p.encoded() for p in self.pods.values()],
+            containers=[c.encoded() for c in self.containers.values() if c.id],
+            assignments=self._assignments_text(assignments))
 
-    def write(self, data: dict[str, Any] | None) -> None:
+    def _assignments_text(self, assignments: Mapping[str, Assignment]) -> list[str]:
+        kept = self._assignments_encoded
+        fresh: dict[str, tuple[Assignment, str]] = {}
+        out = []
+        for k, a in assignments.items():
+            was = kept.get(k)
+            # Equal details may differ in their keys' order, and so in their text.
+            same = was is not None and not a.details and was[0] == a
+            text = was[1] if was is not None and same else _entry(k, a.to_json())
+            fresh[k] = (a, text)
+            out.append(text)
+        self._assignments_encoded = fresh  # forgets the released ones
+        return out
+
+    def write(self, data: Snapshot | None) -> None:
         """Write, fsync, rename: a crash leaves the old file or the new one. Safe off-loop."""
         if self.path is None or data is None:
             return
-        encoded = json.dumps(data, separators=(",", ":")).encode()
+        encoded = data.encode()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -27,6 +27,7 @@ from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.runtime import RuntimeCalls
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ class ResourceManager:
         self._decision_latency = Histogram()  # plain integers: read at scrape time
         self._note = note
         self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
+        # The message each container's `resources` dict stands for, by key, while they
+        # agree: _sync changes a copy of it instead of parsing and re-encoding the dict.
+        self._linux: dict[str, pb.LinuxContainerResources] = {}
         self._dirty = False
         self._save_task: asyncio.Task[None] | None = None
         self._timer = timers.PolicyTimer(policy, self._on_timer)  # a no-op for most policies
@@ -206,6 +210,7 @@ class ResourceManager:
                     _apply(res, decision.resources)
                     self._applied[key] = decision.resources
             record.resources = json_format.MessageToDict(res, preserving_proto_field_name=True)
+            self._linux[key] = _copy(res)
             changed |= set(decision.others)
         try:
             reply = await messages.forward(req, m, pb.CreateContainerResponse)
@@ -276,6 +281,7 @@ class ResourceManager:
                 merged = dict(c.resources)
                 merged.update(json_format.MessageToDict(m.linux, preserving_proto_field_name=True))
                 c.resources = merged
+                self._linux.pop(c.key, None)  # the dict is the truth again
                 if not self._options.dry_run:
                     _apply(m.linux, current)
         return await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
@@ -323,6 +329,7 @@ class ResourceManager:
             return set()
         c.released = True
         self._applied.pop(c.key, None)
+        self._linux.pop(c.key, None)
         had = self._policy.resources(c.key)
         if had is not None:
             # One line per container end (not per call): the operator sees CPUs come back.
@@ -332,6 +339,7 @@ class ResourceManager:
 
     def _sync(self, keys: set[str]) -> None:
         """Tells the runtime the policy's current resources for these containers (lock held)."""
+        texts: dict[CPUSet, str] = {}
         for key in keys:
             c = self._cache.containers.get(key)
             if c is None or not c.id or c.released:
@@ -344,11 +352,27 @@ class ResourceManager:
                 continue
             self._applied[key] = target
             if self._enforcer is not None:
-                linux = json_format.ParseDict(c.resources, pb.LinuxContainerResources(),
-                                              ignore_unknown_fields=True)
-                _apply(linux, target)
-                c.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
+                linux = self._changed(c, target, texts)
+                self._linux[key] = linux
                 self._enforcer.submit(c.id, linux, str(c.workload))
+
+    def _changed(self, c: ContainerRecord, target: Resources, texts: dict[CPUSet, str]) -> pb.LinuxContainerResources:
+        """The container's resources as last set, with the policy's fields changed, to
+        send; `c.resources` follows. A copy of the message kept from the last change is
+        changed, and the dict's cpuset values replaced (cheap); without a kept message
+        (after a restart, after kubelet's own update) or when a cpuset key comes or
+        goes, the dict is parsed and re-encoded, which also restores json_format's key
+        order: the state file is what the round trip alone gave."""
+        linux = pb.LinuxContainerResources()
+        kept = self._linux.get(c.key)
+        if kept is not None:
+            linux.CopyFrom(kept)
+        else:
+            json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
+        _apply(linux, target, texts)
+        fast = _with_cpuset(c.resources, linux) if kept is not None else None
+        c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
+        return linux
 
     async def _policy_failed(self, req: Request, who: str, error: Exception) -> pb.CreateContainerResponse:
         self._counts.policy_errors += 1
@@ -390,8 +414,12 @@ class ResourceManager:
             self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
 
     async def _save_later(self) -> None:
-        await asyncio.sleep(SAVE_DELAY)
-        while self._dirty:
+        while True:
+            # Also between writes: changes made during a write wait for the next
+            # round, or under churn saves would follow each other without a pause.
+            await asyncio.sleep(SAVE_DELAY)
+            if not self._dirty:
+                return
             self._dirty = False
             data = self._cache.snapshot(self._policy_name, self._policy.assignments())
             try:
@@ -522,7 +550,41 @@ class ResourceManager:
             self._timer.rearm()
 
 
-def _apply(linux: pb.LinuxContainerResources, r: Resources) -> None:
-    linux.cpuset_cpus = str(r.cpuset_cpus)
+def _apply(linux: pb.LinuxContainerResources, r: Resources, texts: dict[CPUSet, str] | None = None) -> None:
+    """Sets the policy's fields; `texts` remembers each cpuset's text across a batch
+    (a change of the shared pool gives a thousand containers the same one)."""
+    if texts is None:
+        linux.cpuset_cpus = str(r.cpuset_cpus)
+    else:
+        text = texts.get(r.cpuset_cpus)
+        if text is None:
+            text = texts[r.cpuset_cpus] = str(r.cpuset_cpus)
+        linux.cpuset_cpus = text
     if r.cpuset_mems is not None:
         linux.cpuset_mems = r.cpuset_mems
+
+
+def _copy(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResources:
+    out = pb.LinuxContainerResources()
+    out.CopyFrom(linux)
+    out.DiscardUnknownFields()  # as a parse of the saved dict would have it
+    return out
+
+
+# The cpuset fields of LinuxContainerResources, as json_format names them.
+_CPUSET_FIELDS = ("cpuset_cpus", "cpuset_mems")
+
+
+def _with_cpuset(saved: Mapping[str, Any], linux: pb.LinuxContainerResources) -> dict[str, Any] | None:
+    """`saved` (json_format's dict of a message, in its key order) with the cpuset
+    values of `linux`: what MessageToDict(linux) gives when `linux` is `saved` parsed
+    with only its cpuset changed. None when a cpuset key would come or go (json_format
+    leaves empty strings out): its place in the order is json_format's to give."""
+    out = dict(saved)
+    for name in _CPUSET_FIELDS:
+        value = getattr(linux, name)
+        if bool(value) != (name in out):
+            return None
+        if value:
+            out[name] = value
+    return out

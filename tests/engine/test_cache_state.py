@@ -1,5 +1,6 @@
 """Persisted state: atomic, versioned; a bad file is moved aside, never fatal."""
 
+import dataclasses
 import json
 import os
 
@@ -59,3 +60,48 @@ def test_remove_pod_drops_its_containers(tmp_path):
     gone = c.remove_pod("p1")
     assert [g.key for g in gone] == ["p1:c:0"]
     assert c.by_id("cid1") is None and c.containers == {}
+
+
+def _plain_state(c: Cache, policy: str, assignments: dict) -> bytes:
+    """The state file as the relay wrote it before saves reused each record's JSON:
+    one json.dumps of the whole state, from its records' fields."""
+    def container(r):
+        w = dataclasses.asdict(r.workload)
+        w["qos"] = r.workload.qos.value
+        return {**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}, "workload": w}
+
+    data = json.loads((c.path).read_text())
+    return json.dumps({"format": "cri-resmgr-state", "version": 1, "saved": data["saved"], "policy": policy,
+                       "pods": {p.id: dataclasses.asdict(p) for p in c.pods.values()},
+                       "containers": {r.key: container(r) for r in c.containers.values() if r.id},
+                       "assignments": {k: a.to_json() for k, a in assignments.items()}},
+                      separators=(",", ":")).encode()
+
+
+def test_state_file_bytes_are_one_json_dumps_of_the_state_and_follow_changes(tmp_path):
+    c = _filled(tmp_path)
+    c.add_pod(PodRecord(id="p2", name="caf\u00e9 \"q\"", namespace="ns", annotations={"k\u00fc": "v\n"}))
+    w = Workload(key="p2:d:0", namespace="ns", pod="caf\u00e9", name="d", qos=QoS.BESTEFFORT)
+    c.add_container(ContainerRecord(key="p2:d:0", pod_id="p2", name="d", workload=w))  # no id yet: not saved
+    assignments = {"p1:c:0": Assignment("exclusive", CPUSet("2-3"), details={"b": 1, "a": [1, "x"]}),
+                   "p2:d:0": Assignment("shared")}
+    c.save("static", assignments)
+    assert (tmp_path / "state.json").read_bytes() == _plain_state(c, "static", assignments)
+    # Changes after a save are in the next one: every field set, and assignments
+    # changed, gone, or equal but with their details' keys in another order.
+    c.set_id("p2:d:0", "cid2")
+    r = c.by_id("cid1")
+    r.resources = {**r.resources, "cpuset_cpus": "0-1"}
+    r.state = "exited"
+    c.pods["p1"].labels = {"app": "db"}
+    assignments = {"p1:c:0": Assignment("exclusive", CPUSet("2-3"), details={"a": [1, "x"], "b": 1}),
+                   "p2:d:0": Assignment("shared", CPUSet("5"))}
+    c.save("static", assignments)
+    saved = (tmp_path / "state.json").read_bytes()
+    assert saved == _plain_state(c, "static", assignments)
+    assert b'"cpuset_cpus":"0-1"' in saved and b'"cid2"' in saved and b'"app":"db"' in saved
+    del assignments["p2:d:0"]
+    c.remove_container("p2:d:0")
+    c.save("static", assignments)
+    assert (tmp_path / "state.json").read_bytes() == _plain_state(c, "static", assignments)
+    assert Cache(tmp_path).load().assignments == assignments

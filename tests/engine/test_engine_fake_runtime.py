@@ -217,6 +217,26 @@ def test_kubelet_update_keeps_policy_cpuset_and_passes_the_rest(engine_factory):
     assert res.cpuset_cpus == before != "0-7"
 
 
+def test_a_pool_change_after_kubelets_update_resends_what_kubelet_set_last(engine_factory):
+    # The engine keeps each container's resources message for the next pool change;
+    # kubelet's own update must replace it, or the change would send the old memory limit.
+    e = engine_factory(dict(sockets=1, cores_per_die=4, threads_per_core=2), STATIC)
+    spec = PodSpec(name="s", containers=[ContainerSpec(name="c", requests={"cpu": "500m"},
+                                                        limits={"memory": "128Mi"})])
+    sid = e.kubelet.start_pod(spec).container_ids["c"]
+    e.kubelet.start_pod(guaranteed("g1", "1"))  # shrinks the pool: s updated from the kept message
+    e.flush()
+    assert e.fake.containers[sid]["resources"].memory_limit_in_bytes == 128 << 20
+    e.kubelet.update_container_resources(sid, LinuxResources(cpu_shares=512, cpu_quota=0, cpu_period=100000,
+                                                             memory_limit_in_bytes=64 << 20, oom_score_adj=999))
+    e.kubelet.start_pod(guaranteed("g2", "1"))  # shrinks it again
+    check_static_invariants(e, {"g1", "g2"})
+    res = e.fake.containers[sid]["resources"]
+    assert res.memory_limit_in_bytes == 64 << 20 and res.cpu_shares == 512
+    saved = e.ctl._resmgr.cache.by_id(sid).resources  # what the next state save writes
+    assert saved["memory_limit_in_bytes"] == str(64 << 20) and saved["cpuset_cpus"] == res.cpuset_cpus
+
+
 class _Broken:
     def __init__(self, context):
         from cri_resmgr.policy import static
