@@ -8,7 +8,6 @@ import signal
 from collections.abc import Callable
 
 import grpc
-import yaml
 
 from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock
 from cri_resmgr.agent_client import AgentClient
@@ -16,7 +15,7 @@ from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
-from cri_resmgr.engine.controller import Controller
+from cri_resmgr.engine.controller import AgentConfig, Controller
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.status import endpoint
 from cri_resmgr.transport import sockets
@@ -69,21 +68,6 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
                       runtime_enabled=runtime is not None, image_enabled=image is not None,
                       timed=bool(settings.metrics_address))
-
-
-class _ConfigApplier:
-    """The Config service's view of the controller."""
-
-    def __init__(self, controller: Controller):
-        self._c = controller
-
-    async def apply(self, data: dict[str, str], source: str) -> str | None:
-        return await self._c.apply_agent(data, source)
-
-    def current(self) -> dict[str, str]:
-        if self._c.config is None:
-            return {}
-        return {k: yaml.safe_dump(v, sort_keys=False) for k, v in self._c.config.to_document().items()}
 
 
 async def _reconcile_every(controller: Controller, period: float) -> None:
@@ -182,7 +166,7 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     try:
         await relay.start()
         if settings.config_socket != DISABLED:
-            config_server = ConfigServer(_ConfigApplier(controller), sockets.strip_scheme(settings.config_socket))
+            config_server = ConfigServer(AgentConfig(controller), sockets.strip_scheme(settings.config_socket))
             await config_server.start()
     except Exception as e:  # bind failures and the like: one clear line, no traceback
         log.error("cannot serve: %s", e)

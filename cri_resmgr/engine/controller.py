@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import yaml
+
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
@@ -423,3 +425,19 @@ def _one_line(e: Exception) -> str:
     details = getattr(e, "details", None)
     text = details() if callable(details) else str(e)
     return " ".join(str(text).split()) or type(e).__name__
+
+
+class AgentConfig:
+    """The controller as the Config service (config/service.py) of either front end sees
+    it: configuration the agent pushes, and what is in force, as module -> YAML text."""
+
+    def __init__(self, controller: Controller):
+        self._c = controller
+
+    async def apply(self, data: dict[str, str], source: str) -> str | None:
+        return await self._c.apply_agent(data, source)
+
+    def current(self) -> dict[str, str]:
+        if self._c.config is None:
+            return {}
+        return {k: yaml.safe_dump(v, sort_keys=False) for k, v in self._c.config.to_document().items()}

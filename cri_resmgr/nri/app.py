@@ -15,15 +15,13 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import yaml
-
 from cri_resmgr import __version__, health, metrics, statelock
 from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper
-from cri_resmgr.engine.controller import Controller
+from cri_resmgr.engine.controller import AgentConfig, Controller
 from cri_resmgr.nri.hooks import Hooks
 from cri_resmgr.nri.plugin import Identity, Plugin
 from cri_resmgr.nri.view import NriRuntime
@@ -44,21 +42,6 @@ class NriSettings:
     socket: str = DEFAULT_NRI_SOCKET
     identity: Identity = Identity(DEFAULT_PLUGIN_NAME, DEFAULT_PLUGIN_INDEX)
     handed_fd: int | None = None  # NRI_PLUGIN_SOCKET: a connection the runtime made for us
-
-
-class _ConfigApplier:
-    """The Config service's view of the controller (as the relay's)."""
-
-    def __init__(self, controller: Controller):
-        self._c = controller
-
-    async def apply(self, data: dict[str, str], source: str) -> str | None:
-        return await self._c.apply_agent(data, source)
-
-    def current(self) -> dict[str, str]:
-        if self._c.config is None:
-            return {}
-        return {k: yaml.safe_dump(v, sort_keys=False) for k, v in self._c.config.to_document().items()}
 
 
 def _on_sighup(controller: Controller) -> None:
@@ -158,7 +141,7 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
     config_server = None
     if settings.config_socket != DISABLED:
         try:
-            config_server = ConfigServer(_ConfigApplier(controller), sockets.strip_scheme(settings.config_socket))
+            config_server = ConfigServer(AgentConfig(controller), sockets.strip_scheme(settings.config_socket))
             await config_server.start()
         except Exception as e:  # a bind failure: one clear line
             log.error("cannot serve the Config service: %s", e)
