@@ -199,10 +199,13 @@ class Plugin:
             try:
                 request = kind.FromString(payload)
             except DecodeError as e:
-                stats.error(grpc.StatusCode.INVALID_ARGUMENT)
+                # INTERNAL and this wording: what Go's ttRPC answers for a payload its
+                # method cannot decode (pinned by tests/nri/interop).
+                stats.error(grpc.StatusCode.INTERNAL)
                 if dumped and dumper is not None:
-                    dumper.reply(path, call_id, None, 0.0, grpc.StatusCode.INVALID_ARGUMENT, str(e))
-                raise ttrpc.TtrpcError(ttrpc.Code.INVALID_ARGUMENT, f"{name}: malformed request: {e}") from None
+                    dumper.reply(path, call_id, None, 0.0, grpc.StatusCode.INTERNAL, str(e))
+                raise ttrpc.TtrpcError(ttrpc.Code.INTERNAL,
+                                       f"ttrpc: error unmarshalling payload: {name}: {e}") from None
             failed_before = self._hooks.counts.failed
             reply = (await fn(request)).SerializeToString()
             ns = time.perf_counter_ns() - t0

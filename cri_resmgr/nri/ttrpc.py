@@ -182,7 +182,7 @@ class Server:
         try:
             req = tpb.Request.FromString(f.payload)
         except DecodeError as e:
-            self._status(f.stream_id, Code.INVALID_ARGUMENT, f"malformed ttrpc request: {e}")
+            self._status(f.stream_id, Code.INVALID_ARGUMENT, f"unmarshal request error: {e}")
             return
         handler = self._handlers.get((req.service, req.method))
         if handler is None:
