@@ -19,7 +19,7 @@ from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.sources import initial_config
 from cri_resmgr.dump import parse_specs
 from cri_resmgr.nri import app
-from cri_resmgr.nri.plugin import Identity, check_index
+from cri_resmgr.nri.plugin import Identity, check_index, check_name
 from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
 
 PROG = "cri-resmgr-nri"
@@ -69,6 +69,11 @@ def nri_settings(values: flags.Values, env: Mapping[str, str]) -> app.NriSetting
         check_index(index)
     except ValueError as e:
         raise flags.UsageError(f"invalid value for {source}: {e}") from None
+    try:
+        check_name(name)
+    except ValueError as e:
+        named = f"${ENV_NAME}" if env.get(ENV_NAME) else "-nri-plugin-name"
+        raise flags.UsageError(f"invalid value for {named}: {e}") from None
     fd = None
     if env.get(ENV_SOCKET):
         try:

@@ -67,6 +67,7 @@ class Hooks:
         self.dumper: DumpSink | None = None
         self._lock = asyncio.Lock()  # one hook at a time, so collected updates reach the right reply
         self._sync_parts: tuple[list[api.PodSandbox], list[api.Container]] | None = None
+        self._sync_started = 0.0  # monotonic time of a Synchronize's first part
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
@@ -95,6 +96,8 @@ class Hooks:
 
     async def synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
         """The runtime's pods and containers; in parts (`more`) from newer runtimes."""
+        if self._sync_parts is None:
+            self._sync_started = time.monotonic()
         pods, containers = self._sync_parts or ([], [])
         pods += req.pods
         containers += req.containers
@@ -107,7 +110,7 @@ class Hooks:
             self._runtime.synchronize(pods, containers)
             self._runtime.collect()
             work = asyncio.ensure_future(self._synchronized())
-            deadline = self.request_timeout * HOOK_SHARE
+            deadline = self.sync_deadline(time.monotonic())
             try:
                 await asyncio.wait_for(asyncio.shield(work), deadline)
             except TimeoutError:
@@ -118,6 +121,11 @@ class Hooks:
         if updates:
             log.info("synchronized: %d containers get new CPUs", len(updates))
         return api.SynchronizeResponse(update=updates)
+
+    def sync_deadline(self, now: float) -> float:
+        """Seconds left to answer a Synchronize: NRI gives all its parts one request
+        timeout together, so the time the earlier parts took is already spent."""
+        return max(self.request_timeout * HOOK_SHARE - (now - self._sync_started), 0.01)
 
     async def _synchronized(self) -> None:
         try:
@@ -185,11 +193,9 @@ class Hooks:
         if isinstance(sent, pb.UpdateContainerResourcesRequest):
             cpu = req.linux_resources.cpu
             if (sent.linux.cpuset_cpus, sent.linux.cpuset_mems) != (cpu.cpus, cpu.mems):
-                own = reply.update.add()
-                own.container_id = c.id
-                own.linux.resources.CopyFrom(req.linux_resources)
-                own.linux.resources.cpu.cpus = sent.linux.cpuset_cpus
-                own.linux.resources.cpu.mems = sent.linux.cpuset_mems
+                # Only the cpuset: NRI applies it over kubelet's request, and each field a
+                # plugin sets is claimed as its own (another plugin setting it fails the update).
+                reply.update.append(cpuset_update(c.id, sent.linux))
         return reply
 
     async def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:

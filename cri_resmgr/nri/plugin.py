@@ -50,6 +50,17 @@ class Identity:
         return f"{self.index}-{self.name}"
 
 
+def check_name(name: str) -> str:
+    """NRI's rule for a plugin name: not empty, only [a-zA-Z0-9_.+-] (a runtime refuses
+    the registration otherwise); raises ValueError naming the value."""
+    if not name:
+        raise ValueError("plugin name is empty")
+    bad = sorted({ch for ch in name if not (ch.isascii() and (ch.isalnum() or ch in "_.+-"))})
+    if bad:
+        raise ValueError(f"plugin name {name!r}: {''.join(bad)!r} not allowed (letters, digits, _ . + - only)")
+    return name
+
+
 def check_index(index: str) -> str:
     """NRI wants exactly two digits; raises ValueError naming the value."""
     if len(index) != 2 or not index.isdigit():

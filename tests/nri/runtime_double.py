@@ -187,8 +187,11 @@ class RuntimeDouble:
         reply = await self.call("UpdateContainer", api.UpdateContainerRequest(
             pod=self.pods[c.pod_sandbox_id], container=c, linux_resources=resources), api.UpdateContainerResponse)
         assert isinstance(reply, api.UpdateContainerResponse)
-        own = [u for u in reply.update if u.container_id == cid]
-        c.linux.resources.CopyFrom(own[-1].linux.resources if own else resources)
+        # As NRI does: the plugin's update of the container itself goes over kubelet's request.
+        c.linux.resources.CopyFrom(resources)
+        for u in reply.update:
+            if u.container_id == cid:
+                c.linux.resources.MergeFrom(u.linux.resources)
         self._apply_updates([u for u in reply.update if u.container_id != cid])
         return reply
 

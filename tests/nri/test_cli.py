@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from cri_resmgr import __version__
+from cri_resmgr.nri.plugin import check_name
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -33,7 +36,18 @@ def test_usage_errors_name_the_bad_value() -> None:
     for args, message in ((("-nri-plugin-index", "100"), "-nri-plugin-index: plugin index '100'"),
                           (("-policy", "nope"), "unknown policy 'nope'"),
                           (("-dump", "loud:.*"), "loud"),
-                          (("-force-config", "/nonexistent.yaml"), "cannot read /nonexistent.yaml")):
+                          (("-force-config", "/nonexistent.yaml"), "cannot read /nonexistent.yaml"),
+                          (("-nri-plugin-name", "cri resmgr"), "-nri-plugin-name: plugin name 'cri resmgr'")):
         done = run(*args)
         assert done.returncode == 2, done.stderr
         assert message in done.stderr
+
+
+
+def test_plugin_names_follow_nris_rule() -> None:
+    """containerd/nri's CheckPluginName: not empty, only [a-zA-Z0-9_.+-]."""
+    for good in ("cri-resmgr", "a", "Plugin_1.2+x"):
+        assert check_name(good) == good
+    for bad, said in (("", "empty"), ("cri resmgr", "' '"), ("cri/resmgr", "'/'"), ("résumé", "'é'")):
+        with pytest.raises(ValueError, match=said):
+            check_name(bad)

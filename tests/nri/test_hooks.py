@@ -169,3 +169,19 @@ def test_a_slow_synchronize_is_answered_in_time_with_what_is_ready() -> None:
 
     reply, answered_first = asyncio.run(main())
     assert reply == api.SynchronizeResponse() and answered_first and done
+
+
+def test_a_synchronize_in_parts_shares_one_request_timeout() -> None:
+    """NRI runs every part of a split Synchronize under one request timeout: the last
+    part's deadline is what the earlier parts left of it."""
+    hooks = _hooks({})
+    hooks.request_timeout = 2.0
+
+    async def main() -> float:
+        await hooks.synchronize(api.SynchronizeRequest(pods=[pod("p1")], more=True))
+        return hooks._sync_started
+
+    started = asyncio.run(main())
+    assert hooks.sync_deadline(started) == 1.5  # HOOK_SHARE of 2 s
+    assert abs(hooks.sync_deadline(started + 1.0) - 0.5) < 1e-9
+    assert hooks.sync_deadline(started + 5.0) == 0.01  # spent: answer with what is ready at once
