@@ -8,7 +8,11 @@ VENV=${VENV:-.venv}
 
 # python3-venv: a minimal Debian's python3 has no ensurepip, so `python3 -m venv` fails
 # without it (also for scripts/install-node.sh); make: the README's commands.
-APT_PACKAGES=(python3-venv make containerd runc busybox-static openssl iproute2 util-linux procps)
+# golang-go, golang-github-containerd-ttrpc-dev, gogoprotobuf: tests/nri/interop builds a Go
+# runtime side on the real containerd/ttrpc library (with CI=true those tests fail, not skip,
+# when they are missing).
+APT_PACKAGES=(python3-venv make containerd runc busybox-static openssl iproute2 util-linux procps
+              golang-go golang-github-containerd-ttrpc-dev gogoprotobuf)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
