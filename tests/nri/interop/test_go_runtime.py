@@ -165,10 +165,12 @@ def test_the_runtime_closing_the_connection_makes_the_plugin_dial_again(
     assert plugin.proc is not None and plugin.proc.poll() is None
 
 
-def test_a_plugin_the_runtime_launches_on_a_handed_socket(go_binary: Path, workdir: Path) -> None:
+@pytest.mark.parametrize("ending", ["close", "Shutdown"])
+def test_a_plugin_the_runtime_launches_on_a_handed_socket(go_binary: Path, workdir: Path, ending: str) -> None:
     """As NRI starts a pre-installed plugin: the socket as fd 3 and an environment of
     NRI_PLUGIN_SOCKET=3, NRI_PLUGIN_NAME, NRI_PLUGIN_IDX and nothing else (no PATH). The
-    plugin registers with that name and index, serves, and exits 0 when the runtime closes."""
+    plugin registers with that name and index, serves, and exits 0 when the runtime closes
+    the socket or calls Shutdown."""
     plugin = PluginProcess(workdir, "/nonexistent/nri.sock", str(workdir / "host"))
     go = GoPeer(go_binary, ["-mode", "launch", "-plugin-name", "handed", "-plugin-idx", "42",
                             "-plugin-log", str(plugin.log_path), "--", *plugin.command()], workdir / "go.log")
@@ -182,9 +184,15 @@ def test_a_plugin_the_runtime_launches_on_a_handed_socket(go_binary: Path, workd
         sync = go.call(PLUGIN_SERVICE, "Synchronize", api.SynchronizeRequest(pods=[p1], containers=[a1]),
                        api.SynchronizeResponse).decode(api.SynchronizeResponse)
         assert cpus_of(list(sync.update), "a1") == ONLINE
-        assert go.send({"op": "close"})["ok"]
+        if ending == "close":
+            assert go.send({"op": "close"})["ok"]
+        else:
+            assert go.call(PLUGIN_SERVICE, "Shutdown", api.Empty(), api.Empty).code == Code.OK
         assert go.event("plugin-exited")["code"] == 0
-        assert "the runtime closed the connection it handed over: exiting" in plugin.log()
+        if ending == "close":
+            assert "the runtime closed the connection it handed over: exiting" in plugin.log()
+        else:
+            assert "the runtime is shutting down" in plugin.log()
     except BaseException:
         print(plugin.log(), (workdir / "go.log").read_text(errors="replace"))
         raise
