@@ -11,6 +11,11 @@
 //	    T and R are full protobuf names (J in protobuf JSON); without T, "raw" (base64)
 //	    or "raw_size" (zero bytes) is sent as the payload as is. {"op":"close"} closes
 //	    the connection (the runtime goes away).
+//	nri-interop -mode launch -plugin-name N -plugin-idx I -plugin-log PATH -- COMMAND...
+//	    As runtime, on a socket pair whose other end the plugin COMMAND gets as fd 3 with
+//	    only NRI_PLUGIN_SOCKET=3, NRI_PLUGIN_NAME and NRI_PLUGIN_IDX in its environment,
+//	    as NRI launches a pre-installed plugin; {"event":"launched","code":PID} first,
+//	    {"event":"plugin-exited","code":N} when it ends.
 //	nri-interop -mode serve -socket PATH
 //	    Listens on PATH for one connection and serves interop.v1.Echo on connection 1:
 //	    Echo answers the payload it got, Fail answers NOT_FOUND "no such thing".
@@ -25,9 +30,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/ttrpc"
@@ -50,6 +57,7 @@ const (
 type muxer interface {
 	Open(id uint32) (net.Conn, error)
 	Listen(id uint32) (net.Listener, error)
+	Unblock() // starts reading, once the connections are open
 	Close() error
 }
 
@@ -141,13 +149,18 @@ func serveOn(m muxer, id uint32, srv *ttrpc.Server) {
 }
 
 func main() {
-	mode := flag.String("mode", "runtime", "runtime or serve")
-	path := flag.String("socket", "", "unix socket to listen on")
+	mode := flag.String("mode", "runtime", "runtime, launch or serve")
+	path := flag.String("socket", "", "unix socket to listen on (runtime, serve)")
+	name := flag.String("plugin-name", "", "launch: the plugin's NRI_PLUGIN_NAME")
+	idx := flag.String("plugin-idx", "", "launch: the plugin's NRI_PLUGIN_IDX")
+	logPath := flag.String("plugin-log", "/dev/null", "launch: the plugin's stdout and stderr")
 	flag.Parse()
-	if *path == "" {
+	if *path == "" && *mode != "launch" {
 		fail("-socket is required")
 	}
 	switch *mode {
+	case "launch":
+		launchMode(*name, *idx, *logPath, flag.Args())
 	case "runtime":
 		runtimeMode(*path)
 	case "serve":
@@ -158,8 +171,58 @@ func main() {
 }
 
 func runtimeMode(path string) {
-	m := newMux(acceptOne(path))
+	runtimeSession(acceptOne(path), nil)
+}
+
+// launchMode starts the plugin as NRI starts a pre-installed one: one end of a socket
+// pair as its fd 3, and an environment of NRI_PLUGIN_SOCKET=3, NRI_PLUGIN_NAME and
+// NRI_PLUGIN_IDX only.
+func launchMode(name, idx, logPath string, command []string) {
+	if len(command) == 0 {
+		fail("-mode launch needs the plugin's command after the flags")
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fail("socketpair: %v", err)
+	}
+	local, peer := os.NewFile(uintptr(fds[0]), "runtime end"), os.NewFile(uintptr(fds[1]), "plugin end")
+	conn, err := net.FileConn(local)
+	if err != nil {
+		fail("runtime end: %v", err)
+	}
+	local.Close()
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		fail("plugin log %s: %v", logPath, err)
+	}
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.ExtraFiles = []*os.File{peer}
+	cmd.Env = []string{"NRI_PLUGIN_NAME=" + name, "NRI_PLUGIN_IDX=" + idx, "NRI_PLUGIN_SOCKET=3"}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		fail("launch %s: %v", command[0], err)
+	}
+	peer.Close()
+	emit(output{Event: "launched", OK: true, Code: cmd.Process.Pid})
+	runtimeSession(conn, cmd)
+}
+
+func runtimeSession(conn net.Conn, launched *exec.Cmd) {
+	m := newMux(conn)
 	emit(output{Event: "connected", OK: true})
+	if launched != nil {
+		go func() {
+			err := launched.Wait()
+			code := 0
+			if err != nil {
+				code = -1
+				if e, ok := err.(*exec.ExitError); ok {
+					code = e.ExitCode()
+				}
+			}
+			emit(output{Event: "plugin-exited", OK: err == nil, Code: code})
+		}()
+	}
 	srv, err := ttrpc.NewServer()
 	if err != nil {
 		fail("ttrpc server: %v", err)
@@ -188,6 +251,7 @@ func runtimeMode(path string) {
 		fail("open connection %d: %v", pluginServiceConn, err)
 	}
 	client := ttrpc.NewClient(pc, ttrpc.WithOnClose(func() { emit(output{Event: "closed"}) }))
+	m.Unblock()
 
 	dec := json.NewDecoder(os.Stdin)
 	for {
@@ -267,6 +331,7 @@ func serveMode(path string) {
 		},
 	})
 	serveOn(m, pluginServiceConn, srv)
+	m.Unblock()
 	emit(output{Event: "serving", OK: true})
 	dec := json.NewDecoder(os.Stdin)
 	var cmd command

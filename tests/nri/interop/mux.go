@@ -28,19 +28,24 @@ const (
 func newMux(trunk net.Conn) muxer { return newOwnMux(trunk) }
 
 type ownMux struct {
-	trunk net.Conn
-	wlock sync.Mutex
-	lock  sync.Mutex
-	conns map[uint32]*muxConn
-	done  chan struct{}
-	once  sync.Once
-	err   error
+	trunk   net.Conn
+	wlock   sync.Mutex
+	lock    sync.Mutex
+	conns   map[uint32]*muxConn
+	done    chan struct{}
+	once    sync.Once
+	unblock sync.Once
+	err     error
 }
 
+// newOwnMux reads nothing until Unblock: frames for a connection not opened yet are
+// dropped, so the connections are opened first (as NRI's runtime side does).
 func newOwnMux(trunk net.Conn) *ownMux {
-	m := &ownMux{trunk: trunk, conns: map[uint32]*muxConn{}, done: make(chan struct{})}
-	go m.reader()
-	return m
+	return &ownMux{trunk: trunk, conns: map[uint32]*muxConn{}, done: make(chan struct{})}
+}
+
+func (m *ownMux) Unblock() {
+	m.unblock.Do(func() { go m.reader() })
 }
 
 func (m *ownMux) Open(id uint32) (net.Conn, error) {

@@ -34,10 +34,11 @@ class Answer:
 
 
 class GoPeer:
-    def __init__(self, binary: Path, mode: str, socket_path: str, log_path: Path):
+    def __init__(self, binary: Path, args: list[str], log_path: Path):
+        """`args`: e.g. ["-mode", "runtime", "-socket", PATH] (main.go says which)."""
         self._log = open(log_path, "ab")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([str(binary), "-mode", mode, "-socket", socket_path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log)
+        self.proc = subprocess.Popen([str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log)
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._answers: dict[int, queue.Queue[dict[str, Any]]] = {}
         self._lock = threading.Lock()

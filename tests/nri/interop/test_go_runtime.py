@@ -7,6 +7,9 @@ machine with 1 CPU reserved, as tests/nri/test_plugin_process.py."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,18 +33,17 @@ ONLINE = CPUSet.parse("0-7")
 def runtime(go_binary: Path, workdir: Path) -> Iterator[tuple[GoPeer, PluginProcess]]:
     """The Go runtime listening, the plugin started against it and registered."""
     sock = str(workdir / "nri.sock")
-    go = GoPeer(go_binary, "runtime", sock, workdir / "go.log")
+    go = GoPeer(go_binary, ["-mode", "runtime", "-socket", sock], workdir / "go.log")
     plugin = PluginProcess(workdir, sock, str(workdir / "host"))
     try:
         go.event("listening")
         plugin.start()
         yield go, plugin
-    except BaseException:
-        print(plugin.log(), (workdir / "go.log").read_text(errors="replace"))
-        raise
     finally:
         plugin.stop()
         go.stop()
+        # pytest shows a test's captured output only when it failed.
+        print(plugin.log(), (workdir / "go.log").read_text(errors="replace"))
 
 
 def configure(go: GoPeer, **fields: object) -> api.ConfigureResponse:
@@ -161,3 +163,47 @@ def test_the_runtime_closing_the_connection_makes_the_plugin_dial_again(
         time.sleep(0.05)
     assert "reconnecting to NRI" in plugin.log()
     assert plugin.proc is not None and plugin.proc.poll() is None
+
+
+@pytest.mark.parametrize("ending", ["close", "Shutdown"])
+def test_a_plugin_the_runtime_launches_on_a_handed_socket(go_binary: Path, workdir: Path, ending: str) -> None:
+    """As NRI starts a pre-installed plugin: the socket as fd 3 and an environment of
+    NRI_PLUGIN_SOCKET=3, NRI_PLUGIN_NAME, NRI_PLUGIN_IDX and nothing else (no PATH). The
+    plugin registers with that name and index, serves, and exits 0 when the runtime closes
+    the socket or calls Shutdown."""
+    plugin = PluginProcess(workdir, "/nonexistent/nri.sock", str(workdir / "host"))
+    go = GoPeer(go_binary, ["-mode", "launch", "-plugin-name", "handed", "-plugin-idx", "42",
+                            "-plugin-log", str(plugin.log_path), "--", *plugin.command()], workdir / "go.log")
+    pid = 0
+    try:
+        pid = go.event("launched")["code"]
+        reg = json_format.Parse(go.event("RegisterPlugin")["json"], api.RegisterPluginRequest())
+        assert (reg.plugin_name, reg.plugin_idx) == ("handed", "42")
+        configure(go, request_timeout=20000)
+        p1, a1 = pod("p1", "burstable"), container("a1", "p1", milli_cpu=500)
+        sync = go.call(PLUGIN_SERVICE, "Synchronize", api.SynchronizeRequest(pods=[p1], containers=[a1]),
+                       api.SynchronizeResponse).decode(api.SynchronizeResponse)
+        assert cpus_of(list(sync.update), "a1") == ONLINE
+        if ending == "close":
+            assert go.send({"op": "close"})["ok"]
+        else:
+            assert go.call(PLUGIN_SERVICE, "Shutdown", api.Empty(), api.Empty).code == Code.OK
+        assert go.event("plugin-exited")["code"] == 0
+        if ending == "close":
+            assert "the runtime closed the connection it handed over: exiting" in plugin.log()
+        else:
+            assert "the runtime is shutting down" in plugin.log()
+    except BaseException:
+        print(plugin.log(), (workdir / "go.log").read_text(errors="replace"))
+        raise
+    finally:
+        go.stop()
+        kill_if_ours(pid)
+
+
+def kill_if_ours(pid: int) -> None:
+    """The launched plugin, if it outlived the test (checked by its command line: the pid
+    may be another process's by now)."""
+    with contextlib.suppress(OSError):
+        if pid and b"cri_resmgr.nri.cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)

@@ -24,7 +24,7 @@ ECHO = "interop.v1.Echo"
 def with_go_server(go_binary: Path, workdir: Path,
                    scenario: Callable[[Mux, ttrpc.Client], Awaitable[None]]) -> None:
     sock = str(workdir / "go.sock")
-    go = GoPeer(go_binary, "serve", sock, workdir / "go.log")
+    go = GoPeer(go_binary, ["-mode", "serve", "-socket", sock], workdir / "go.log")
 
     async def main() -> None:
         reader, writer = await asyncio.open_unix_connection(sock)
