@@ -25,7 +25,7 @@ def go_binary() -> Iterator[Path]:
         return
     why = gobuild.missing()
     if why is not None:
-        if os.environ.get("CI") == "true":  # .ci/run installs them: a skip there would hide a broken install
+        if os.environ.get("CI") == "true":  # make deps (scripts/install-deps.sh) installs them: a skip there would hide a broken install
             pytest.fail(f"NRI interop with Go's ttrpc cannot run in CI: {why}")
         pytest.skip(f"NRI interop with Go's ttrpc: {why}")
     gopath = Path(tempfile.mkdtemp(prefix="crirm-nri-go-", dir="/tmp"))
