@@ -10,8 +10,13 @@ real `cri-resmgr` process, in one run.
 * the same latency and the throughput at 32 callers through a relay with the
   static policy active (ListContainers and ContainerStatus replies read for
   crash detection), against the passthrough relay;
-* the relay's CPU time per call (utime+stime from /proc/PID/stat around its
-  blocks) and its memory (VmRSS, VmHWM) after the run;
+* the floor: a bare byte pipe between the sockets (`tests.bench.pipe`, its own
+  process on the same event loop, no parsing) in the same latency rounds and
+  throughput cells, so that every run gives relay/direct, pipe/direct and
+  relay/pipe side by side;
+* the relay's CPU time per call (the scheduler's nanoseconds of each of its
+  threads, /proc/PID/task/*/schedstat, around its blocks) and its memory
+  (VmRSS, VmHWM) after the run;
 * CreateContainer of best-effort containers (created, not started): direct,
   through a passthrough relay (`-policy null`) and through an intercepting
   one (static policy, 1 CPU reserved), interleaved.
@@ -43,6 +48,8 @@ from typing import Any
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from tests.bench.pipe import PipeProcess
+from tests.bench.relay_report import format_result, format_table
 from tests.harness.containerd import Containerd
 from tests.harness.kubelet import Kubelet
 from tests.harness.podspec import ContainerSpec, PodSpec
@@ -83,10 +90,24 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
+    """utime + stime of a process, in seconds (in clock ticks of 10 ms)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process, in seconds: the scheduler's nanosecond count of each of
+    its threads (/proc/PID/task/TID/schedstat); where that cannot be read,
+    `proc_cpu_seconds` (clock ticks: too coarse for a block of short calls)."""
+    try:
+        total = 0
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with open(f"{task.path}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        return proc_cpu_seconds(pid)
 
 
 def proc_memory_mib(pid: int) -> dict[str, float]:
@@ -139,11 +160,11 @@ class CpuMeter:
         self._start = 0.0
 
     def __enter__(self) -> CpuMeter:
-        self._start = proc_cpu_seconds(self.pid)
+        self._start = cpu_seconds(self.pid)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.seconds += proc_cpu_seconds(self.pid) - self._start
+        self.seconds += cpu_seconds(self.pid) - self._start
 
     def us_per_call(self) -> float:
         return round(self.seconds / self.calls * 1e6, 1) if self.calls else float("nan")
@@ -251,9 +272,14 @@ def _create_requests(kubelet: Kubelet, pod: PodSpec, sandbox_id: str, names: Seq
 
 
 def measure_creates(kubelets: dict[str, Kubelet], pids: dict[str, int], creates: int,
-                    block: int) -> dict[str, Any]:
+                    block: int, settle: float = 0.5) -> dict[str, Any]:
     """`creates` CreateContainer calls per target, each target in its own pod
-    (run through that target, as kubelet would), in alternating blocks."""
+    (run through that target, as kubelet would), in alternating blocks.
+
+    cpu_us_per_call: the process's CPU during its own blocks. A relay's deferred work
+    (the state save 100 ms after a decision, in its own thread) lands in whichever
+    block runs then, its own or another's, so for a relay also cpu_us_per_call_all:
+    its CPU from the first block to `settle` s after the last, over its creates."""
     requests: dict[str, list[bytes]] = {}
     calls = {}
     for name, k in kubelets.items():
@@ -265,6 +291,7 @@ def measure_creates(kubelets: dict[str, Kubelet], pids: dict[str, int], creates:
     meters = {n: CpuMeter(pids[n]) for n in kubelets}
     order = list(kubelets)
     clock = time.perf_counter_ns
+    whole = {n: cpu_seconds(pids[n]) for n in kubelets}
     for r, start in enumerate(range(0, creates, block)):
         for name in (order if r % 2 == 0 else list(reversed(order))):
             with meters[name]:
@@ -273,7 +300,10 @@ def measure_creates(kubelets: dict[str, Kubelet], pids: dict[str, int], creates:
                     calls[name](req, timeout=RPC_TIMEOUT)
                     samples[name].append(clock() - t0)
                     meters[name].calls += 1
-    return {n: {**latency_stats(samples[n]), "cpu_us_per_call": meters[n].us_per_call()} for n in kubelets}
+    time.sleep(settle)
+    whole = {n: round((cpu_seconds(pids[n]) - whole[n]) / creates * 1e6, 1) for n in kubelets}
+    return {n: {**latency_stats(samples[n]), "cpu_us_per_call": meters[n].us_per_call(),
+                "cpu_us_per_call_all": whole[n]} for n in kubelets}
 
 
 # --- the run -------------------------------------------------------------------
@@ -361,6 +391,9 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
                                ["-policy", "null", "-relay-transport", transport,
                                 "-metrics-address", f"127.0.0.1:{port}"], "metered")
         _scrape_while(port, stack)
+        pipe = PipeProcess(workdir / "pipe.sock", str(containerd.socket))
+        stack.callback(pipe.stop)
+        pipe.start()
         kube_root = f"{cgroup_root}/kubepods"
         direct_k = Kubelet(containerd.address, cgroup_root=kube_root)
         stack.callback(direct_k.close)
@@ -377,9 +410,10 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
 
         ctd_pid = containerd.pid
         assert ctd_pid is not None and relay.proc is not None and metered.proc is not None
-        assert static.proc is not None
+        assert static.proc is not None and pipe.proc is not None
         targets = [Target("direct", _channel(containerd.address, stack), ctd_pid),
-                   Target("relay", _channel(relay.address, stack), relay.proc.pid)]
+                   Target("relay", _channel(relay.address, stack), relay.proc.pid),
+                   Target("pipe", _channel(pipe.address, stack), pipe.proc.pid)]
         metered_target = Target("metrics", _channel(metered.address, stack), metered.proc.pid)
         static_target = Target("static", _channel(static.address, stack), static.proc.pid)
         requests = {
@@ -405,9 +439,11 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
             m["ratio_p50"] = _ratio(m["relay"]["p50_us"], m["direct"]["p50_us"])
             m["ratio_p99"] = _ratio(m["relay"]["p99_us"], m["direct"]["p99_us"])
             m["static_ratio_p50"] = _ratio(m["static"]["p50_us"], m["relay"]["p50_us"])
+            m["pipe_ratio_p50"] = _ratio(m["pipe"]["p50_us"], m["direct"]["p50_us"])
+            m["relay_pipe_ratio_p50"] = _ratio(m["relay"]["p50_us"], m["pipe"]["p50_us"])
             latency[method] = m
             _progress(log, f"latency {method}: direct p50 {m['direct']['p50_us']} us, "
-                           f"relay p50 {m['relay']['p50_us']} us, with metrics {m['metrics']['p50_us']} us, "
+                           f"relay p50 {m['relay']['p50_us']} us, pipe p50 {m['pipe']['p50_us']} us, with metrics {m['metrics']['p50_us']} us, "
                            f"static {m['static']['p50_us']} us")
         result["latency"] = latency
 
@@ -418,11 +454,13 @@ def run(seconds: float = 2.0, containers: int = 100, creates: int = 50, rounds: 
                 with_static = [*targets, static_target] if n == max(callers) else targets
                 m = measure_throughput(with_static, method, requests[method], n, seconds=seconds)
                 m["ratio"] = _ratio(m["relay"]["calls_per_s"], m["direct"]["calls_per_s"])
+                m["pipe_ratio"] = _ratio(m["pipe"]["calls_per_s"], m["direct"]["calls_per_s"])
+                m["relay_pipe_ratio"] = _ratio(m["relay"]["calls_per_s"], m["pipe"]["calls_per_s"])
                 if "static" in m:
                     m["static_ratio"] = _ratio(m["static"]["calls_per_s"], m["relay"]["calls_per_s"])
                 throughput[method][str(n)] = m
                 _progress(log, f"throughput {method} x{n}: direct {m['direct']['calls_per_s']}/s, "
-                               f"relay {m['relay']['calls_per_s']}/s")
+                               f"relay {m['relay']['calls_per_s']}/s, pipe {m['pipe']['calls_per_s']}/s")
         result["throughput"] = throughput
         result["memory"] = {"passthrough": proc_memory_mib(relay.proc.pid)}
 
@@ -466,91 +504,6 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"target": name, "value": value, "limit": limit, "kind": kind,
                     "verdict": "PASS" if ok else "MISS"})
     return out
-
-
-# --- output --------------------------------------------------------------------
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
-    """A plain text table: the first `left` columns left-aligned, the others right-aligned."""
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
-
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.2f}" if abs(value) < 10 else f"{value:.0f}"
-    return str(value)
-
-
-def format_result(result: dict[str, Any]) -> str:
-    out = [f"relay vs direct containerd ({result['cpus']} CPUs shared by client, relay and containerd; "
-           f"relay with -policy null, -relay-transport {result.get('transport', 'h2')})", ""]
-    if "loadavg_start" in result:
-        out[-1:-1] = [f"load average (1, 5, 15 min): {result['loadavg_start']} at the start, "
-                      f"{result.get('loadavg_end')} at the end"]
-    rows = []
-    for method, m in result["latency"].items():
-        d, r = m["direct"], m["relay"]
-        rows.append([method, d["n"], d["p50_us"], r["p50_us"], m["added_p50_us"], m["ratio_p50"],
-                     d["p99_us"], r["p99_us"], m["ratio_p99"], r["cpu_us_per_call"]])
-    out.append(f"latency, 1 caller (us); ListContainers lists {result['containers']} containers")
-    out.append(format_table(["method", "n", "direct p50", "relay p50", "added p50", "ratio p50",
-                             "direct p99", "relay p99", "ratio p99", "relay cpu/call"], rows))
-    rows = []
-    for method, m in result["latency"].items():
-        if "static" in m:
-            r, st = m["relay"], m["static"]
-            rows.append([method, r["p50_us"], st["p50_us"], m["static_ratio_p50"], r["p99_us"], st["p99_us"],
-                         r["cpu_us_per_call"], st["cpu_us_per_call"]])
-    if rows:
-        out += ["", "a policy active (static: ListContainers and ContainerStatus replies read for crash "
-                    "detection) against the passthrough relay, 1 caller (us)"]
-        out.append(format_table(["method", "passthrough p50", "static p50", "static/passthrough", "passthrough p99",
-                                 "static p99", "cpu/call pass", "cpu/call static"], rows))
-    rows = []
-    for method, m in result["latency"].items():
-        off, on = m["relay"], m["metrics"]
-        rows.append([method, off["p50_us"] - m["direct"]["p50_us"], on["p50_us"] - m["direct"]["p50_us"],
-                     m["metrics_added_p50_us"], off["p99_us"], on["p99_us"], off["cpu_us_per_call"],
-                     on["cpu_us_per_call"]])
-    out += ["", "the relay's added latency with metrics off and on (-metrics-address, calls timed, "
-                "/metrics scraped every second), 1 caller (us)"]
-    out.append(format_table(["method", "added p50 off", "added p50 on", "on - off p50", "p99 off", "p99 on",
-                             "cpu/call off", "cpu/call on"], rows))
-    rows = []
-    for method, cells in result["throughput"].items():
-        for n, m in cells.items():
-            st = m.get("static", {})
-            rows.append([method, n, m["direct"]["calls_per_s"], m["relay"]["calls_per_s"], m["ratio"],
-                         m["relay"]["cpu_us_per_call"], m["direct"]["cpu_us_per_call"],
-                         st.get("calls_per_s", ""), m.get("static_ratio", ""), st.get("cpu_us_per_call", "")])
-    out += ["", f"throughput (calls/s, {result['seconds_per_cell']:g} s per target and cell; static: the relay "
-                "with the static policy, at the most callers only)"]
-    out.append(format_table(["method", "callers", "direct", "relay", "relay/direct", "relay cpu/call us",
-                             "containerd cpu/call us", "static", "static/relay", "static cpu/call us"], rows))
-    c = result["create"]
-    rows = [[name, c[name]["n"], c[name]["p50_us"], c[name]["p99_us"], c[name]["max_us"], c[name]["cpu_us_per_call"]]
-            for name in ("direct", "passthrough", "intercepted")]
-    out += ["", "CreateContainer of best-effort containers (us); cpu/call is containerd's for direct, "
-                "the relay's otherwise"]
-    out.append(format_table(["path", "n", "p50", "p99", "max", "cpu/call"], rows))
-    out.append(f"intercepted (static) - passthrough: p50 {c['added_p50_us']:+} us, p99 {c['added_p99_us']:+} us")
-    mem = result["memory"]
-    out += ["", format_table(["relay memory (MiB)", "VmRSS", "VmHWM"],
-                             [[name, v["VmRSS_mib"], v["VmHWM_mib"]] for name, v in mem.items()])]
-    out += ["", format_targets(result["targets"])]
-    return "\n".join(out)
-
-
-def format_targets(targets: Sequence[dict[str, Any]]) -> str:
-    rows = [[t["target"], t["value"], ("<= " if t["kind"] == "max" else ">= ") + _cell(t["limit"]), t["verdict"]]
-            for t in targets]
-    return format_table(["target", "measured", "limit", "verdict"], rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
