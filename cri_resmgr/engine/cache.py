@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -197,6 +197,20 @@ class Cache:
 
     def save(self, policy: str, assignments: Mapping[str, Assignment]) -> None:
         self.write(self.snapshot(policy, assignments))
+
+    def settle(self, placed: Iterable[str] = (), assignment: Callable[[str], Assignment | None] | None = None) -> None:
+        """Encodes the records changed since the last call, and the assignments of the
+        containers `placed` (`assignment`: the policy's), so that the next snapshot
+        finds them ready. A snapshot encodes whatever is left: this only spreads the work."""
+        if self.path is None:
+            return
+        self._pod_table.settle()
+        self._container_table.settle()
+        if assignment is not None:
+            for key in placed:
+                a = assignment(key)
+                if a is not None:
+                    self._assignment_table.note(key, a)
 
     def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> Snapshot | None:
         """The state, taken where the cache is owned (the event loop): each pod,

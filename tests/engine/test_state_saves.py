@@ -10,6 +10,7 @@ import random
 import pytest
 from test_cache_state import _plain_state
 
+from cri_resmgr.engine import cache as cache_module
 from cri_resmgr.engine import statefile
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.policy.api import Assignment, Policy, QoS, Workload
@@ -73,6 +74,8 @@ def _churn(name: str, cache: Cache, steps: int = 120, seed: int = 7) -> None:
             record = ContainerRecord(key=key, pod_id=w.pod, name="c", workload=w)
             cache.add_container(record)
             policy.allocate(w)
+            if rng.random() < 0.5:  # as the engine does after each call; changes may follow
+                cache.settle([key], policy.assignment)
             if rng.random() < 0.8:
                 cache.set_id(key, f"id-{key}")
                 record.resources = {"cpuset_cpus": str(policy.resources(key).cpuset_cpus)}
@@ -90,8 +93,9 @@ def test_the_check_catches_a_save_that_keeps_a_changed_assignment(tmp_path, monk
     balloon grows: its members' assignments change without their keys changing)."""
     def by_key(self, assignments):
         for k, a in assignments.items():
-            self._kept.setdefault(k, (a, statefile.entry(k, a.to_json())))
-        return [self._kept[k][1] for k in assignments]
+            if k not in self._texts:
+                self._set(k, a)
+        return [self._texts[k] for k in assignments]
 
     monkeypatch.setattr(statefile.AssignmentTable, "entries", by_key)
     with pytest.raises(AssertionError):
@@ -116,6 +120,27 @@ def test_an_unchanged_assignment_is_not_encoded_again(tmp_path, monkeypatch):
     # Equal but built anew (a policy without stable objects): kept too; changed: encoded.
     cache.save("static", {**first, "k0": Assignment("shared"), "k1": Assignment("shared", CPUSet("3"))})
     assert encoded == ["k9", "k1"]
+
+
+def test_settle_encodes_ahead_of_the_save(tmp_path, monkeypatch):
+    policy = _policy("static")
+    cache = Cache(tmp_path)
+    cache.save("static", policy.assignments())
+    w = Workload(key="k", namespace="default", pod="p", name="c", qos=QoS.GUARANTEED,
+                 cpu_request=1000, cpu_limit=1000)
+    cache.add_pod(PodRecord(id="p", name="p", namespace="default"))
+    cache.add_container(ContainerRecord(key="k", pod_id="p", name="c", workload=w, id="cid"))
+    policy.allocate(w)
+    encoded: list[str] = []
+    real = statefile.entry
+    counting = lambda k, v: encoded.append(k) or real(k, v)  # noqa: E731
+    monkeypatch.setattr(statefile, "entry", counting)
+    monkeypatch.setattr(cache_module, "entry", counting)  # the records' encoding
+    cache.settle(["k"], policy.assignment)
+    assert sorted(encoded) == ["k", "k", "p"]  # the container's record and assignment, the pod's record
+    encoded.clear()
+    _check(cache, "static", policy)
+    assert encoded == []  # the save found them ready
 
 
 def test_a_save_without_changes_reuses_the_tables(tmp_path):
