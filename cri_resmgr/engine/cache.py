@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 STATE_FORMAT = "cri-resmgr-state"
 STATE_VERSION = 1
 STATE_FILE = "state.json"
+SETTLE_MOST = 64  # records of a table encoded at the end of a call (see Cache.settle)
 
 
 class _Encoded:
@@ -201,11 +202,14 @@ class Cache:
     def settle(self, placed: Iterable[str] = (), assignment: Callable[[str], Assignment | None] | None = None) -> None:
         """Encodes the records changed since the last call, and the assignments of the
         containers `placed` (`assignment`: the policy's), so that the next snapshot
-        finds them ready. A snapshot encodes whatever is left: this only spreads the work."""
+        finds them ready. A snapshot encodes whatever is left: this only spreads the
+        work. Not more than SETTLE_MOST records of a table, though: a pool change that
+        updated a thousand containers (some 12 ms to encode) is left to the save rather
+        than added to the reply of the call that caused it."""
         if self.path is None:
             return
-        self._pod_table.settle()
-        self._container_table.settle()
+        self._pod_table.settle(SETTLE_MOST)
+        self._container_table.settle(SETTLE_MOST)
         if assignment is not None:
             for key in placed:
                 a = assignment(key)

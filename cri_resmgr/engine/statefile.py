@@ -95,9 +95,9 @@ class RecordTable:
         self._dirty.clear()
         self._entries = []
 
-    def settle(self) -> None:
-        """Encodes the records changed since the last call."""
-        if self._dirty:
+    def settle(self, most: int | None = None) -> None:
+        """Encodes the records changed since the last call; none if more than `most`."""
+        if self._dirty and (most is None or len(self._dirty) <= most):
             texts = self._texts
             for key, record in self._dirty.items():
                 text = record.encoded()

@@ -143,6 +143,25 @@ def test_settle_encodes_ahead_of_the_save(tmp_path, monkeypatch):
     assert encoded == []  # the save found them ready
 
 
+def test_settle_leaves_a_large_batch_to_the_save(tmp_path, monkeypatch):
+    cache = Cache(tmp_path)
+    w = Workload(key="k", namespace="default", pod="p", name="c", qos=QoS.BESTEFFORT)
+    n = cache_module.SETTLE_MOST + 1
+    for i in range(n):
+        cache.add_container(ContainerRecord(key=f"k{i}", pod_id="p", name="c", workload=w, id=f"id{i}"))
+    cache.save("static", {})
+    for c in cache:  # a pool change: every container's resources set
+        c.resources = {"cpuset_cpus": "0-1"}
+    encoded: list[str] = []
+    real = cache_module.entry
+    monkeypatch.setattr(cache_module, "entry", lambda k, v: encoded.append(k) or real(k, v))
+    cache.settle()
+    assert encoded == []
+    cache.save("static", {})
+    assert len(encoded) == n
+    assert all(c["resources"] == {"cpuset_cpus": "0-1"} for c in json.loads(cache.path.read_bytes())["containers"].values())
+
+
 def test_a_save_without_changes_reuses_the_tables(tmp_path):
     cache = Cache(tmp_path)
     w = Workload(key="k", namespace="default", pod="p", name="c", qos=QoS.BESTEFFORT)
