@@ -50,7 +50,7 @@ def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
 async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
     """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
     live_pods = await _live_pods(upstream, cache)
-    cache.pods = live_pods
+    cache.set_pods(live_pods)
     listed = await upstream.call(V1 + "ListContainers", pb.ListContainersRequest(),
                                  pb.ListContainersResponse)
     seen: set[str] = set()

@@ -12,11 +12,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from cri_resmgr.engine.statefile import AssignmentTable, RecordTable, Snapshot, entry, write_atomically
 from cri_resmgr.policy.api import Assignment, QoS, Workload
 
 log = logging.getLogger(__name__)
@@ -24,28 +26,44 @@ log = logging.getLogger(__name__)
 STATE_FORMAT = "cri-resmgr-state"
 STATE_VERSION = 1
 STATE_FILE = "state.json"
+SETTLE_MOST = 64  # records of a table encoded at the end of a call (see Cache.settle)
 
 
 class _Encoded:
     """A record that keeps its JSON text in the state file until one of its fields
-    is set again: a save re-encodes only the records that changed since the last.
-    (Fields are replaced, never changed in place: their dicts are values.)"""
+    is set again, and then tells the cache's table that holds it: a save encodes
+    only the records that changed since the last. (Fields are replaced, never
+    changed in place: their dicts are values.)"""
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         object.__setattr__(self, "_encoded", None)
+        table: RecordTable | None = self.__dict__.get("_table")
+        if table is not None:
+            table.touch(self._key(), self)
 
-    def encoded(self) -> str:
-        """The record's entry in its table of the state file: `"key":{...}`."""
-        text: str | None = getattr(self, "_encoded", None)
+    def _held_by(self, table: RecordTable | None) -> None:
+        object.__setattr__(self, "_table", table)
+
+    def encoded(self) -> bytes:
+        """The record's entry in its table of the state file (statefile.entry); b""
+        when it is not saved."""
+        if not self._saved():
+            return b""
+        text: bytes | None = self.__dict__.get("_encoded")
         if text is None:
-            key, value = self._entry()
-            text = _entry(key, value)
+            text = entry(self._key(), self._json())
             object.__setattr__(self, "_encoded", text)
         return text
 
-    def _entry(self) -> tuple[str, dict[str, Any]]:
+    def _key(self) -> str:
         raise NotImplementedError
+
+    def _json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _saved(self) -> bool:
+        return True
 
 
 @dataclass
@@ -58,8 +76,11 @@ class PodRecord(_Encoded):
     annotations: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
-    def _entry(self) -> tuple[str, dict[str, Any]]:
-        return self.id, _pod_json(self)
+    def _key(self) -> str:
+        return self.id
+
+    def _json(self) -> dict[str, Any]:
+        return _pod_json(self)
 
 
 @dataclass
@@ -75,36 +96,14 @@ class ContainerRecord(_Encoded):
     resources: dict[str, Any] = field(default_factory=dict)
     released: bool = False
 
-    def _entry(self) -> tuple[str, dict[str, Any]]:
-        return self.key, _container_json(self)
+    def _key(self) -> str:
+        return self.key
 
+    def _json(self) -> dict[str, Any]:
+        return _container_json(self)
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _entry(key: str, value: Any) -> str:
-    return f"{_dumps(key)}:{_dumps(value)}"
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The state file's parts, each pod, container and assignment as its JSON
-    entry (`"key":{...}`) in its table."""
-
-    head: dict[str, Any]
-    pods: list[str]
-    containers: list[str]
-    assignments: list[str]
-
-    def encode(self) -> bytes:
-        """The bytes json.dumps(state, separators=(",", ":")) gives for the whole state."""
-        def table(entries: list[str]) -> str:
-            return "{" + ",".join(entries) + "}"
-
-        head = _dumps(self.head)[:-1]  # without its closing brace: the tables follow
-        return (f'{head},"pods":{table(self.pods)},"containers":{table(self.containers)},'
-                f'"assignments":{table(self.assignments)}}}').encode()
+    def _saved(self) -> bool:
+        return bool(self.id)  # created at the runtime
 
 
 @dataclass
@@ -114,53 +113,85 @@ class Saved:
 
 
 class Cache:
+    """The pods and containers by key (read-only views: changes go through the
+    methods, so that the state file's tables follow them)."""
+
     def __init__(self, state_dir: str | os.PathLike[str] | None = None):
         self.path = Path(state_dir) / STATE_FILE if state_dir else None
-        self.pods: dict[str, PodRecord] = {}
-        self.containers: dict[str, ContainerRecord] = {}  # by key
+        self._pods: dict[str, PodRecord] = {}
+        self._containers: dict[str, ContainerRecord] = {}  # by key
+        self.pods: Mapping[str, PodRecord] = MappingProxyType(self._pods)
+        self.containers: Mapping[str, ContainerRecord] = MappingProxyType(self._containers)
         self._by_id: dict[str, str] = {}
-        # The last encoding of each assignment, with what it encoded (policies build
-        # assignments anew for each save: equal ones are not encoded again).
-        self._assignments_encoded: dict[str, tuple[Assignment, str]] = {}
+        self._pod_table = RecordTable()
+        self._container_table = RecordTable()
+        self._assignment_table = AssignmentTable()
 
     # -- queries ---------------------------------------------------------------
 
     def by_id(self, container_id: str) -> ContainerRecord | None:
         key = self._by_id.get(container_id)
-        return self.containers.get(key) if key else None
+        return self._containers.get(key) if key else None
 
     def of_pod(self, pod_id: str) -> list[ContainerRecord]:
-        return [c for c in self.containers.values() if c.pod_id == pod_id]
+        return [c for c in self._containers.values() if c.pod_id == pod_id]
 
     def __iter__(self) -> Iterator[ContainerRecord]:
-        return iter(list(self.containers.values()))
+        return iter(list(self._containers.values()))
 
     # -- updates ---------------------------------------------------------------
 
     def add_pod(self, pod: PodRecord) -> None:
-        self.pods[pod.id] = pod
+        old = self._pods.get(pod.id)
+        if old is not None and old is not pod:
+            old._held_by(None)
+        self._pods[pod.id] = pod
+        self._pod_table.put(pod.id, pod)
+        pod._held_by(self._pod_table)
+
+    def set_pods(self, pods: Mapping[str, PodRecord]) -> None:
+        """Replaces all pods (start-up adoption: those the runtime has)."""
+        for pod in self._pods.values():
+            pod._held_by(None)
+        self._pods.clear()
+        self._pod_table.clear()
+        for pod in pods.values():
+            self.add_pod(pod)
 
     def remove_pod(self, pod_id: str) -> list[ContainerRecord]:
-        self.pods.pop(pod_id, None)
+        pod = self._pods.pop(pod_id, None)
+        if pod is not None:
+            pod._held_by(None)
+            self._pod_table.drop(pod_id)
         gone = self.of_pod(pod_id)
         for c in gone:
             self.remove_container(c.key)
         return gone
 
     def add_container(self, c: ContainerRecord) -> None:
-        self.containers[c.key] = c
+        old = self._containers.get(c.key)
+        if old is not None and old is not c:
+            old._held_by(None)
+            if old.id:
+                self._by_id.pop(old.id, None)
+        self._containers[c.key] = c
+        self._container_table.put(c.key, c)
+        c._held_by(self._container_table)
         if c.id:
             self._by_id[c.id] = c.key
 
     def set_id(self, key: str, container_id: str) -> None:
-        c = self.containers[key]
+        c = self._containers[key]
         c.id = container_id
         self._by_id[container_id] = key
 
     def remove_container(self, key: str) -> ContainerRecord | None:
-        c = self.containers.pop(key, None)
-        if c is not None and c.id:
-            self._by_id.pop(c.id, None)
+        c = self._containers.pop(key, None)
+        if c is not None:
+            c._held_by(None)
+            self._container_table.drop(key)
+            if c.id:
+                self._by_id.pop(c.id, None)
         return c
 
     # -- persistence ------------------------------------------------------------
@@ -168,45 +199,39 @@ class Cache:
     def save(self, policy: str, assignments: Mapping[str, Assignment]) -> None:
         self.write(self.snapshot(policy, assignments))
 
+    def settle(self, placed: Iterable[str] = (), assignment: Callable[[str], Assignment | None] | None = None) -> None:
+        """Encodes the records changed since the last call, and the assignments of the
+        containers `placed` (`assignment`: the policy's), so that the next snapshot
+        finds them ready. A snapshot encodes whatever is left: this only spreads the
+        work. Not more than SETTLE_MOST records of a table, though: a pool change that
+        updated a thousand containers (some 12 ms to encode) is left to the save rather
+        than added to the reply of the call that caused it."""
+        if self.path is None:
+            return
+        self._pod_table.settle(SETTLE_MOST)
+        self._container_table.settle(SETTLE_MOST)
+        if assignment is not None:
+            for key in placed:
+                a = assignment(key)
+                if a is not None:
+                    self._assignment_table.note(key, a)
+
     def snapshot(self, policy: str, assignments: Mapping[str, Assignment]) -> Snapshot | None:
         """The state, taken where the cache is owned (the event loop): each pod,
         container and assignment as its JSON text, encoded anew only when it changed
-        since the last save. `write` joins them, off the loop."""
+        since the last save (statefile.py). `write` writes them, off the loop."""
         if self.path is None:
             return None
         return Snapshot(
             head={"format": STATE_FORMAT, "version": STATE_VERSION, "saved": time.time(), "policy": policy},
-            pods=[p.encoded() for p in self.pods.values()],
-            containers=[c.encoded() for c in self.containers.values() if c.id],
-            assignments=self._assignments_text(assignments))
-
-    def _assignments_text(self, assignments: Mapping[str, Assignment]) -> list[str]:
-        kept = self._assignments_encoded
-        fresh: dict[str, tuple[Assignment, str]] = {}
-        out = []
-        for k, a in assignments.items():
-            was = kept.get(k)
-            # Equal details may differ in their keys' order, and so in their text.
-            same = was is not None and not a.details and was[0] == a
-            text = was[1] if was is not None and same else _entry(k, a.to_json())
-            fresh[k] = (a, text)
-            out.append(text)
-        self._assignments_encoded = fresh  # forgets the released ones
-        return out
+            pods=self._pod_table.entries(), containers=self._container_table.entries(),
+            assignments=self._assignment_table.entries(assignments))
 
     def write(self, data: Snapshot | None) -> None:
-        """Write, fsync, rename: a crash leaves the old file or the new one. Safe off-loop."""
+        """Write, fsync, rename (statefile.write_atomically). Safe off-loop."""
         if self.path is None or data is None:
             return
-        encoded = data.encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(encoded)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, data.parts())
 
     def load(self) -> Saved | None:
         """Loads saved state into this cache; None when there is none usable."""
@@ -231,12 +256,25 @@ class Cache:
                 where = f"could not move it aside: {move_error}"
             log.error("state file %s is unusable (%s); %s; rebuilding from the runtime", self.path, e, where)
             return None
-        self.pods = pods
-        self.containers = {}
-        self._by_id = {}
+        self.set_pods(pods)
+        for key in list(self._containers):
+            self.remove_container(key)
         for c in containers:
             self.add_container(c)
         return Saved(policy=policy, assignments=assignments)
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    for i in range(0, len(parts), _IOV_MAX):
+        batch = parts[i:i + _IOV_MAX]
+        done = os.writev(fd, batch)
+        if done < sum(map(len, batch)):  # a short write (a full disk says so with an error)
+            rest = memoryview(b"".join(batch))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+_IOV_MAX = 1024  # writev's limit on Linux (sysconf IOV_MAX)
 
 
 # The state is saved on the event loop, many times a second under churn: these build

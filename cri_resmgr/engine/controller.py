@@ -384,9 +384,13 @@ class Controller:
 
     def _reset_all(self, old: ResourceManager) -> None:
         cpus = str(self.topology().online)
+        reset = 0
         for c in old.cache:
             if c.id and not c.released and self._enforcer is not None and not self._settings.dry_run:
-                self._enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus), str(c.workload))
+                self._enforcer.submit(c.id, pb.LinuxContainerResources(cpuset_cpus=cpus), c.workload)
+                reset += 1
+        if reset:
+            log.info("updating %d containers to cpuset %s: no policy decides any more", reset, cpus)
 
     def _note(self, text: str) -> None:
         if self._dumper is not None:

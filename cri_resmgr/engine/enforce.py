@@ -37,8 +37,9 @@ class Enforcer:
         self._attempts = attempts
         self._backoff = backoff
         self._timeout = timeout
-        # id -> (resources, the container's name for log lines: namespace/pod:container)
-        self._pending: dict[str, tuple[pb.LinuxContainerResources, str]] = {}
+        # id -> (resources, the container's name for log lines: namespace/pod:container,
+        # or what gives it, formatted only when a line is written)
+        self._pending: dict[str, tuple[pb.LinuxContainerResources, object]] = {}
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -50,7 +51,7 @@ class Enforcer:
         """The counters as they are now; safe from another thread (metrics)."""
         return UpdateStats(sent=self._sent, failed=self._failed)
 
-    def submit(self, container_id: str, resources: pb.LinuxContainerResources, name: str = "") -> None:
+    def submit(self, container_id: str, resources: pb.LinuxContainerResources, name: object = "") -> None:
         self._pending[container_id] = (resources, name)
         self._idle.clear()
         self._wakeup.set()
@@ -81,8 +82,8 @@ class Enforcer:
             if not self._pending:
                 self._idle.set()
 
-    async def _send(self, container_id: str, resources: pb.LinuxContainerResources, name: str) -> None:
-        who = f"{name} ({container_id[:12]})" if name else container_id[:12]
+    async def _send(self, container_id: str, resources: pb.LinuxContainerResources, name: object) -> None:
+        who = _Who(name, container_id)
         request = pb.UpdateContainerResourcesRequest(container_id=container_id, linux=resources)
         delay = self._backoff
         path = PATHS[0]
@@ -92,8 +93,9 @@ class Enforcer:
             try:
                 await self._upstream.call(path, request, pb.UpdateContainerResourcesResponse, self._timeout)
                 self._sent += 1
-                log.info("updated %s: cpuset %s mems %s", who,
-                         resources.cpuset_cpus, resources.cpuset_mems or "-")
+                # The engine's INFO line names the batch this is part of (resmgr._sync).
+                log.debug("updated %s: cpuset %s mems %s", who,
+                          resources.cpuset_cpus, resources.cpuset_mems or "-")
                 return
             except grpc.aio.AioRpcError as e:
                 code = e.code()
@@ -109,3 +111,16 @@ class Enforcer:
             delay *= 2
         self._failed += 1
         log.error("giving up updating %s to cpuset %s", who, resources.cpuset_cpus)
+
+
+class _Who:
+    """`namespace/pod:container (0123456789ab)`, formatted only if a line is written."""
+
+    __slots__ = ("name", "container_id")
+
+    def __init__(self, name: object, container_id: str) -> None:
+        self.name, self.container_id = name, container_id
+
+    def __str__(self) -> str:
+        name = str(self.name)
+        return f"{name} ({self.container_id[:12]})" if name else self.container_id[:12]

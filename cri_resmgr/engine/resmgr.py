@@ -166,9 +166,11 @@ class ResourceManager:
             changed: set[str] = set()
             for c in self._cache.of_pod(pod_id):
                 changed |= self._release(c)
+            pod = self._cache.pods.get(pod_id)
+            what = f"pod {pod.namespace}/{pod.name}" if pod is not None else f"pod {pod_id[:12]}"
             if remove:
                 self._cache.remove_pod(pod_id)
-            self._sync(changed)
+            self._sync(changed, f"{'removing' if remove else 'stopping'} {what}")
             self._save()
 
     # -- containers ---------------------------------------------------------------
@@ -196,7 +198,7 @@ class ResourceManager:
                 self._decision_latency.observe_ns(time.perf_counter_ns() - t0)
                 self._counts.decisions += 1
             except Exception as e:
-                self._sync(changed)
+                self._sync(changed, f"the policy's failure on {w}")
                 return await self._policy_failed(req, str(w), e)
             if decision.warning:
                 self._denied(w, decision.warning)
@@ -218,7 +220,7 @@ class ResourceManager:
             async with self._lock:
                 changed |= self._release(record)
                 self._cache.remove_container(key)
-                self._sync(changed)
+                self._sync(changed, f"the runtime's failure to create {w}")
             raise
         async with self._lock:
             if self._cache.containers.get(key) is record:
@@ -226,8 +228,8 @@ class ResourceManager:
                 record.state = "created"
                 # Others created concurrently may have changed this one meanwhile.
                 changed.add(key)
-            self._sync(changed)
-            self._save()
+            self._sync(changed, f"creating {w}")
+            self._save(key)
             self._timer.rearm()
         return reply
 
@@ -307,7 +309,7 @@ class ResourceManager:
                     log.info("container %s (%s) exited: releasing its CPUs", c.workload, i[:12])
                     self._counts.released_on_exit += 1
                     changed |= self._release(c)
-            self._sync(changed)
+            self._sync(changed, "containers exited")
             self._save()
 
     async def _released_by_id(self, container_id: str, drop: bool = False) -> None:
@@ -319,7 +321,7 @@ class ResourceManager:
             if drop:
                 self._cache.remove_container(c.key)
                 self._applied.pop(c.key, None)
-            self._sync(changed)
+            self._sync(changed, f"{'removing' if drop else 'stopping'} {c.workload}")
             self._save()
 
     def _release(self, c: ContainerRecord) -> set[str]:
@@ -337,9 +339,11 @@ class ResourceManager:
                      " (dry-run)" if self._options.dry_run else "")
         return set(self._policy.release(c.key).others)
 
-    def _sync(self, keys: set[str]) -> None:
-        """Tells the runtime the policy's current resources for these containers (lock held)."""
+    def _sync(self, keys: set[str], cause: str) -> None:
+        """Tells the runtime the policy's current resources for these containers (lock
+        held); one INFO line says what changed and why (`cause`: "creating NAME"...)."""
         texts: dict[CPUSet, str] = {}
+        batch = describe.UpdateBatch(cause)
         for key in keys:
             c = self._cache.containers.get(key)
             if c is None or not c.id or c.released:
@@ -354,7 +358,10 @@ class ResourceManager:
             if self._enforcer is not None:
                 linux = self._changed(c, target, texts)
                 self._linux[key] = linux
-                self._enforcer.submit(c.id, linux, str(c.workload))
+                self._enforcer.submit(c.id, linux, c.workload)
+            batch.add(c.workload, target)
+        if batch.count:
+            log.info("%s", batch.line())
 
     def _changed(self, c: ContainerRecord, target: Resources, texts: dict[CPUSet, str]) -> pb.LinuxContainerResources:
         """The container's resources as last set, with the policy's fields changed, to
@@ -407,8 +414,13 @@ class ResourceManager:
         self._cache.add_pod(pod)
         return pod
 
-    def _save(self) -> None:
-        """Marks the state dirty and makes sure a deferred save will run (lock held)."""
+    def _save(self, *placed: str) -> None:
+        """Marks the state dirty and makes sure a deferred save will run (lock held).
+        What changed is encoded now (`Cache.settle`: some 20-40 us for a create), not
+        at the save: under churn a save would otherwise encode some hundred records
+        at once, a stall of milliseconds for whichever call arrives then. `placed`:
+        containers just placed, whose new assignments are encoded now too."""
+        self._cache.settle(placed, self._policy.assignment)
         self._dirty = True
         if self._save_task is None or self._save_task.done():
             self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
@@ -489,7 +501,7 @@ class ResourceManager:
                     continue  # created through the relay while we asked about it
                 changed |= self._adopt(record)
                 adopted += 1
-            self._sync(changed)
+            self._sync(changed, "reconciling with the runtime")
             self._save()
             self._timer.rearm()
         return {"gone": len(gone), "adopted": adopted}
@@ -532,7 +544,7 @@ class ResourceManager:
             if r is not None:
                 log.info("restored %s: %s", w, describe.placement(self._policy.assignment(w.key), r))
         self._applied.clear()
-        self._sync(set(decision.others))
+        self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
         self._timer.rearm()
 
@@ -545,7 +557,7 @@ class ResourceManager:
                 if c is not None:
                     log.info("%s: %s (timer)", c.workload,
                              describe.placement(self._policy.assignment(key), decision.others[key]))
-            self._sync(set(decision.others))
+            self._sync(set(decision.others), "the policy's timer")
             self._save()
             self._timer.rearm()
 

@@ -67,7 +67,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Assignment:
-    """A container's allocation as remembered across restarts."""
+    """A container's allocation as remembered across restarts. Never changed once
+    handed out (its details included): a changed allocation is a new Assignment."""
 
     pool: str  # "shared", "reserved", "isolated"...: where its non-exclusive part runs
     exclusive: CPUSet = field(default_factory=CPUSet)
@@ -136,7 +137,9 @@ class Policy(Protocol):
         """The current resources of a known container."""
 
     def assignments(self) -> Mapping[str, Assignment]:
-        """The state to persist."""
+        """The state to persist, a mapping the caller may keep. A policy that returns
+        the very same object for an assignment unchanged since the last call spares
+        each state save re-encoding it (engine/cache.py); one built anew is compared."""
 
     def assignment(self, key: str) -> Assignment | None:
         """One known container's allocation (for the engine's log lines); None when unknown."""

@@ -56,6 +56,9 @@ class Member:
     kind: Kind
     pool: str
     exclusive: CPUSet
+    # Its pool and exclusive CPUs as one object for the member's whole life: a state
+    # save knows it unchanged by identity, without building or comparing anything.
+    assignment: Assignment
     # Fixed for EXCLUSIVE/RESERVED, kept current for MIXED, None for SHARED
     # (those read the book's one shared Resources).
     resources: Resources | None = None
@@ -127,6 +130,7 @@ class Book:
     def __init__(self, topology: Topology, shared: CPUSet, reserved: CPUSet) -> None:
         self.mems = MemsOf(topology)
         self.members: dict[str, Member] = {}
+        self._assignments: dict[str, Assignment] = {}  # the members' `assignment`s, kept along
         # Ordered sets (dicts with None values) so reports are deterministic.
         self._shared_keys: dict[str, None] = {}
         self._mixed_keys: dict[str, None] = {}
@@ -152,7 +156,8 @@ class Book:
         return member.resources
 
     def assignments(self) -> dict[str, Assignment]:
-        return {k: Assignment(pool=m.pool, exclusive=m.exclusive) for k, m in self.members.items()}
+        """Each member's assignment, the same object while it is a member."""
+        return dict(self._assignments)
 
     # -- changes ---------------------------------------------------------------------
 
@@ -174,14 +179,16 @@ class Book:
             if not self.used.isdisjoint(exclusive):
                 raise ValueError(f"CPUs {self.used & exclusive} are already exclusive")
             self.used = self.used | exclusive
-        member = Member(kind, pool, exclusive, resources)
+        member = Member(kind, pool, exclusive, Assignment(pool=pool, exclusive=exclusive), resources)
         self.members[key] = member
+        self._assignments[key] = member.assignment
         return self.shared_resources if resources is None else resources
 
     def remove(self, key: str) -> Member | None:
         member = self.members.pop(key, None)
         if member is None:
             return None
+        del self._assignments[key]
         self._shared_keys.pop(key, None)
         self._mixed_keys.pop(key, None)
         if member.exclusive:
@@ -211,6 +218,7 @@ class Book:
 
     def clear(self, shared: CPUSet) -> None:
         self.members.clear()
+        self._assignments.clear()
         self._shared_keys.clear()
         self._mixed_keys.clear()
         self.used = CPUSet()
@@ -351,7 +359,7 @@ class PoolPolicy:
 
     def assignment(self, key: str) -> Assignment | None:
         member = self._book.members.get(key)
-        return None if member is None else Assignment(pool=member.pool, exclusive=member.exclusive)
+        return None if member is None else member.assignment
 
     def _exclusive_capable(self) -> CPUSet:  # pragma: no cover - abstract
         """The CPUs exclusive allocations may come from, in use or not."""

@@ -75,12 +75,42 @@ def test_placements_releases_and_updates_are_logged_with_names(engine_factory, c
     assert any(m.startswith("default/web:c: shared CPUs ") for m in info), info
     excl = [m for m in info if m.startswith("default/db:c: exclusive CPUs ")]
     assert len(excl) == 1 and ", mems 0" in excl[0], info
-    # The shrink of web's cpuset is an update sent to another container: named, not only its id.
-    assert any(m.startswith("updated default/web:c (") for m in info), info
+    # The shrink of web's cpuset is an update sent to another container: named, with its cause.
+    assert any(m.startswith("updating 1 container after creating default/db:c: cpuset ")
+               and m.endswith(" mems 0 for default/web:c") for m in info), info
     e.kubelet.delete_pod(g)
     e.flush()
     info = _messages(caplog)
     assert any(m.startswith("default/db:c: released exclusive CPUs") for m in info), info
+
+
+def test_a_decision_that_updates_many_containers_is_one_info_line_naming_a_few(engine_factory, caplog):
+    caplog.set_level(logging.DEBUG, logger="cri_resmgr")
+    e = engine_factory(SHAPE, STATIC)
+    first = e.kubelet.start_pod(besteffort("s0"))
+    for i in range(1, 6):
+        e.kubelet.start_pod(besteffort(f"s{i}"))
+    e.flush()
+    caplog.clear()
+    g = e.kubelet.start_pod(guaranteed("db", "2"))
+    e.flush()
+    shared = e.fake.cpuset(first.container_ids["c"])
+    info = [m for m in _messages(caplog) if m.startswith("updat")]
+    assert len(info) == 1, info
+    assert info[0].startswith("updating 6 containers after creating default/db:c: cpuset "), info
+    named = info[0].split(" mems 0 for ")[1]
+    assert named.endswith(" and 3 more"), info
+    assert len(set(named[:-len(" and 3 more")].split(", ")) & {f"default/s{i}:c" for i in range(6)}) == 3, info
+    assert f"cpuset {shared} " in info[0], (shared, info)
+    # Each container's update, by name, at DEBUG only.
+    debug = _messages(caplog, logging.DEBUG)
+    assert sorted(m.split(" (")[0] for m in debug if m.startswith("updated ")) == \
+        [f"updated default/s{i}:c" for i in range(6)], debug
+    caplog.clear()
+    e.kubelet.delete_pod(g)
+    e.flush()
+    info = [m for m in _messages(caplog) if m.startswith("updat")]
+    assert len(info) == 1 and info[0].startswith("updating 6 containers after stopping default/db:c: "), info
 
 
 def test_guaranteed_container_without_its_exclusive_cpus_is_a_warning_and_counted(engine_factory, caplog):

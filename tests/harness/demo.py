@@ -83,7 +83,7 @@ def policy_part(ctd: Containerd, work: Path, cgroup_root: str) -> None:
             k.delete_pod(shared)
     finally:
         relay.stop()
-    print("\n".join(line for line in relay.log().splitlines() if "updated container" in line))
+    print("\n".join(line for line in relay.log().splitlines() if "updating " in line))
 
 
 def show(k: Kubelet, name: str, cid: str) -> None:
