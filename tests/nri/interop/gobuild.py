@@ -19,8 +19,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 GOCODE = Path("/usr/share/gocode")
 TTRPC = GOCODE / "src/github.com/containerd/ttrpc"
-# Go's build cache outlives a test run: the first build compiles ttrpc's dependencies.
-GOCACHE = Path(os.environ.get("CRI_RESMGR_GOCACHE", "/tmp/cri-resmgr-gocache"))
+# Go's build cache goes with the temporary GOPATH (a cold build takes a few seconds);
+# CRI_RESMGR_GOCACHE names one that outlives the run, for working on the Go program.
+GOCACHE_ENV = "CRI_RESMGR_GOCACHE"
 
 
 class BuildError(RuntimeError):
@@ -58,9 +59,10 @@ def build(gopath: Path, mux_source: Path | None = None) -> Path:
     _run([sys.executable, "-m", "grpc_tools.protoc", f"-I{protos}",
           f"--plugin=protoc-gen-gogo={shutil.which('protoc-gen-gogo')}", f"--gogo_out={src / 'api'}",
           str(protos / "nri_api.proto")])
-    GOCACHE.mkdir(parents=True, exist_ok=True)
+    gocache = Path(os.environ.get(GOCACHE_ENV) or gopath / "gocache")
+    gocache.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GO")} | {
-        "GO111MODULE": "off", "GOPATH": f"{gopath}:{GOCODE}", "GOCACHE": str(GOCACHE),
+        "GO111MODULE": "off", "GOPATH": f"{gopath}:{GOCODE}", "GOCACHE": str(gocache),
         "GOFLAGS": "-mod=", "CGO_ENABLED": "0",
     }
     binary = gopath / "bin" / "nri-interop"
