@@ -5,25 +5,11 @@ such a socket, and the exit when the runtime closes it."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.harness import sysfs
 from tests.nri.plugin_process import PluginProcess
 from tests.nri.runtime_double import RuntimeDouble, container, pod
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="crirm-nri-", dir="/tmp"))
-    sysfs.generate(d / "host", sockets=1, cores_per_die=4, threads_per_core=2)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def test_plugin_on_a_handed_over_socket_registers_with_the_given_identity_and_exits_with_it(workdir: Path) -> None:

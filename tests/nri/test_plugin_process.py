@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
-import tempfile
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -23,19 +21,11 @@ from cri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, frame
 from cri_resmgr.nri.plugin import PLUGIN_SERVICE
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr_agent.relay_client import RelayConfigClient
-from tests.harness import sysfs
 from tests.nri.plugin_process import PluginProcess
 from tests.nri.runtime_double import RuntimeDouble, container, guaranteed, pod
 
 ONLINE = CPUSet.parse("0-7")
 
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="crirm-nri-", dir="/tmp"))
-    sysfs.generate(d / "host", sockets=1, cores_per_die=4, threads_per_core=2)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run(workdir: Path, scenario: Callable[[RuntimeDouble, PluginProcess], Awaitable[None]],

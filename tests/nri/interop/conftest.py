@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import sysfs
 from tests.nri.interop import gobuild
 
 
@@ -34,10 +33,3 @@ def go_binary() -> Iterator[Path]:
     finally:
         shutil.rmtree(gopath, ignore_errors=True)
 
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="crirm-nri-interop-", dir="/tmp"))
-    sysfs.generate(d / "host", sockets=1, cores_per_die=4, threads_per_core=2)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
