@@ -1,6 +1,7 @@
 """Where the resource-manager configuration comes from, highest first:
 -force-config, the last configuration the agent pushed (kept in the state
-directory), -fallback-config, built-in defaults."""
+directory), -fallback-config (or, without it, a fallback document the front end
+was handed: the NRI plugin's configuration text from the runtime), built-in defaults."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,7 +32,15 @@ class Places(Protocol):
     def state_dir(self) -> str: ...
 
 
-def initial_config(settings: Places, policy_names: Sequence[str]) -> Config:
+@dataclass(frozen=True)
+class Document:
+    """A configuration document that came as text, and where it came from (for errors)."""
+
+    text: str
+    source: str
+
+
+def initial_config(settings: Places, policy_names: Sequence[str], fallback: Document | None = None) -> Config:
     """The configuration to start with (see the module docstring)."""
     names = list(policy_names)
     if settings.force_config:
@@ -41,14 +51,17 @@ def initial_config(settings: Places, policy_names: Sequence[str]) -> Config:
             return parse_modules(saved, "last agent configuration", names)
         except ConfigError as e:
             log.error("ignoring the saved agent configuration: %s", e)
-    return without_agent(settings, names)
+    return without_agent(settings, names, fallback)
 
 
-def without_agent(settings: Places, policy_names: Sequence[str]) -> Config:
-    """What is in force when no agent configuration applies."""
+def without_agent(settings: Places, policy_names: Sequence[str], fallback: Document | None = None) -> Config:
+    """What is in force when no agent configuration applies: -fallback-config, else
+    the `fallback` document, else the defaults."""
     if settings.fallback_config:
         return parse_document(read_config_file(settings.fallback_config), settings.fallback_config,
                               list(policy_names))
+    if fallback is not None:
+        return parse_document(fallback.text, fallback.source, list(policy_names))
     return Config()
 
 

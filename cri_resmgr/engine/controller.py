@@ -126,6 +126,9 @@ class Controller:
         self._topology: Topology | None = None
         self._topology_summary: snapshot.TopologySummary | None = None
         self._config: Config | None = None
+        # Stands in for -fallback-config when that is not given (the NRI plugin's
+        # configuration text from the runtime).
+        self._fallback: sources.Document | None = None
         self._policy_name = "none"
         self._resmgr: ResourceManager | None = None
         self._dumper: Dumper | None = None
@@ -235,7 +238,12 @@ class Controller:
     # -- sources ----------------------------------------------------------------------
 
     def initial_config(self) -> Config:
-        return sources.initial_config(self._settings, self._registry.names())
+        return sources.initial_config(self._settings, self._registry.names(), self._fallback)
+
+    def set_fallback(self, document: sources.Document | None) -> None:
+        """A configuration document used where -fallback-config would be, when that
+        is not given; read at the next `initial_config` or agent withdrawal."""
+        self._fallback = document
 
     # -- applying -------------------------------------------------------------------------
 
@@ -248,7 +256,7 @@ class Controller:
             if modules:
                 await self.apply(parse_modules(modules, source, self._registry.names()))
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
-                await self.apply(sources.without_agent(self._settings, self._registry.names()))
+                await self.apply(sources.without_agent(self._settings, self._registry.names(), self._fallback))
         except ConfigError as e:
             log.error("rejected configuration from %s: %s", source, e)
             return str(e)

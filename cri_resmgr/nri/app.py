@@ -20,6 +20,7 @@ from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
+from cri_resmgr.config.sources import Document
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import AgentConfig, Controller
 from cri_resmgr.nri.hooks import Hooks
@@ -63,12 +64,29 @@ class Synchronizer:
     (adopting what the runtime reported, as the relay does at start-up); a later
     one, after a reconnection, reconciles with what the runtime reports now."""
 
-    def __init__(self, controller: Controller, failed: Callable[[str], None]):
+    def __init__(self, controller: Controller, failed: Callable[[str], None],
+                 runtime_config: Callable[[], str] = str, overridden_by: str | None = None):
         self._c = controller
         self._failed = failed
+        # ConfigureRequest.config, and the flag that takes its place if one was given.
+        self._runtime_config = runtime_config
+        self._overridden_by = overridden_by
+
+    def _take_runtime_config(self) -> None:
+        text = self._runtime_config()
+        if not text.strip():
+            return
+        if self._overridden_by is not None:
+            log.warning("the runtime's configuration for this plugin (%d bytes) is ignored: %s is given",
+                        len(text), self._overridden_by)
+            return
+        log.info("the runtime's configuration for this plugin (%d bytes) is the fallback configuration",
+                 len(text))
+        self._c.set_fallback(Document(text, "the runtime's configuration of this plugin (ConfigureRequest.config)"))
 
     async def __call__(self) -> None:
         if self._c.config is None:
+            self._take_runtime_config()
             try:
                 await self._c.apply(self._c.initial_config())
             except ConfigError as e:
@@ -131,8 +149,11 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
         failure.append(why)
         stop.set()
 
-    hooks.on_synchronize = Synchronizer(controller, failed)
-    if settings.policy != "none" or settings.force_config or settings.fallback_config:
+    overridden_by = ("-force-config" if settings.force_config else
+                     "-fallback-config" if settings.fallback_config else None)
+    hooks.on_synchronize = Synchronizer(controller, failed, lambda: hooks.runtime_config, overridden_by)
+    if (settings.policy != "none" or settings.force_config or settings.fallback_config
+            or nri.handed_fd is not None):  # a launched plugin's configuration comes with Configure
         # Discovered before the runtime connects: the first Synchronize must answer in time.
         await asyncio.to_thread(controller.topology)
     loop.add_signal_handler(signal.SIGHUP, _on_sighup, controller)

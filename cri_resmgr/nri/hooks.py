@@ -68,6 +68,7 @@ class Hooks:
         self._lock = asyncio.Lock()  # one hook at a time, so collected updates reach the right reply
         self._sync_parts: tuple[list[api.PodSandbox], list[api.Container]] | None = None
         self._sync_started = 0.0  # monotonic time of a Synchronize's first part
+        self.runtime_config = ""  # ConfigureRequest.config, see `configure`
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
@@ -89,6 +90,9 @@ class Hooks:
                  req.runtime_name or "the runtime", req.runtime_version, req.NRI_version or "before v0.7",
                  req.registration_timeout, req.request_timeout)
         self._runtime.runtime_name, self._runtime.runtime_version = req.runtime_name, req.runtime_version
+        # The text of the runtime's configuration file for this plugin (NRI reads one for
+        # the plugins it launches); the first Synchronize takes it as a fallback configuration.
+        self.runtime_config = req.config
         if req.request_timeout > 0:
             self.request_timeout = req.request_timeout / 1000
         self._sync_parts = None  # a new session: parts of a Synchronize the last one cut short are stale

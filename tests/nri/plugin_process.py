@@ -13,23 +13,27 @@ STATIC = "policy:\n  Active: static\n  ReservedResources:\n    CPU: 1\n"
 
 
 class PluginProcess:
-    def __init__(self, base_dir: Path, nri_socket: str, host_root: str, config: str = STATIC,
+    def __init__(self, base_dir: Path, nri_socket: str, host_root: str, config: str | None = STATIC,
                  args: Sequence[str] = (), name: str = "plugin"):
+        """`config`: the -force-config file's text; None: no -force-config."""
         self.dir = Path(base_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.nri_socket = nri_socket
         self.state_dir = str(self.dir / "state")
         self.log_path = self.dir / f"{name}.log"
         self.config_path = self.dir / f"{name}.yaml"
-        self.config_path.write_text(config)
+        self.forced = config is not None
+        if config is not None:
+            self.config_path.write_text(config)
         self.host_root = host_root
         self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        """With -force-config unless `args` name a -config-socket (the agent's configuration then)."""
-        config = [] if "-config-socket" in self.args else ["-force-config", str(self.config_path),
-                                                           "-config-socket", "-"]
+        """With -force-config unless `args` name a -config-socket (the agent's configuration
+        then) or there is none; without the Config service unless `args` name its socket."""
+        config = [] if "-config-socket" in self.args else [
+            *(["-force-config", str(self.config_path)] if self.forced else []), "-config-socket", "-"]
         return [sys.executable, "-m", "cri_resmgr.nri.cli", "-nri-socket", self.nri_socket,
                 "-state-dir", self.state_dir, "-host-root", self.host_root, *config,
                 "-reconcile-period", "0", *self.args]

@@ -43,6 +43,7 @@ class RuntimeDouble:
         self.unsolicited: list[api.ContainerUpdate] = []
         self.sessions: list[Session] = []
         self.sync_parts = sync_parts  # >1: Synchronize in parts with `more`, as newer runtimes do
+        self.plugin_config = ""  # ConfigureRequest.config: a launched plugin's configuration file
         self._server: asyncio.Server | None = None
         self._new_session = asyncio.Condition()
 
@@ -86,7 +87,8 @@ class RuntimeDouble:
         # A generous request timeout (runtimes let it be configured): on this loaded shared
         # machine the tests must not depend on the plugin answering within NRI's 2 s default.
         cfg = api.ConfigureRequest(runtime_name="double", runtime_version="1.0", registration_timeout=5000,
-                                   request_timeout=REQUEST_TIMEOUT_MS, NRI_version="v0.10.0")
+                                   request_timeout=REQUEST_TIMEOUT_MS, NRI_version="v0.10.0",
+                                   config=self.plugin_config)
         session.configured = await self._call(session, "Configure", cfg, api.ConfigureResponse)
         pods, containers = list(self.pods.values()), list(self.containers.values())
         parts = max(self.sync_parts, 1)

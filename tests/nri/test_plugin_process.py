@@ -21,21 +21,22 @@ from cri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, frame
 from cri_resmgr.nri.plugin import PLUGIN_SERVICE
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr_agent.relay_client import RelayConfigClient
-from tests.nri.plugin_process import PluginProcess
+from tests.nri.plugin_process import STATIC, PluginProcess
 from tests.nri.runtime_double import RuntimeDouble, container, guaranteed, pod
 
 ONLINE = CPUSet.parse("0-7")
 
 
-
 def run(workdir: Path, scenario: Callable[[RuntimeDouble, PluginProcess], Awaitable[None]],
-        args: tuple[str, ...] = ()) -> PluginProcess:
+        args: tuple[str, ...] = (), forced: str | None = STATIC, runtime_config: str = "") -> PluginProcess:
     """The double listening, the plugin process started against it, the scenario run;
-    both stopped again whatever happens."""
-    plugin = PluginProcess(workdir, str(workdir / "nri.sock"), str(workdir / "host"), args=args)
+    both stopped again whatever happens. `forced`: the -force-config text (None: no such
+    flag); `runtime_config`: what the double's Configure hands the plugin as its configuration."""
+    plugin = PluginProcess(workdir, str(workdir / "nri.sock"), str(workdir / "host"), config=forced, args=args)
 
     async def main() -> None:
         double = RuntimeDouble(plugin.nri_socket)
+        double.plugin_config = runtime_config
         await double.start()
         plugin.start()
         try:
@@ -300,3 +301,57 @@ def test_a_plugin_started_before_the_runtime_connects_once_it_is_there(workdir: 
         print(plugin.log())
         raise
     assert plugin.log().count("cannot connect to NRI") == 1  # logged once per outage, not per attempt
+
+
+def test_a_launched_plugins_configuration_comes_from_the_runtimes_configure(workdir: Path) -> None:
+    """NRI hands a plugin it launches (no flags) its configuration file's text in
+    ConfigureRequest.config: with no -force-config or -fallback-config it is the fallback."""
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        double.pods["p1"] = pod("p1", "burstable")
+        double.containers["a1"] = container("a1", "p1", milli_cpu=500)
+        await double.wait_ready()
+        await double.run_pod(pod("g", "guaranteed"))
+        reply = await double.create(guaranteed("g1", "g", 2))
+        exclusive = cpus(reply.adjust.linux.resources.cpu.cpus)
+        assert len(exclusive) == 2  # the static policy of the runtime's text decided
+        assert cpus(double.cpus("a1")) == ONLINE - exclusive
+
+    plugin = run(workdir, scenario, forced=None, runtime_config=STATIC)
+    assert "the runtime's configuration for this plugin (" in plugin.log()
+    assert "policy static active" in plugin.log()
+
+
+def test_a_given_force_config_wins_over_the_runtimes_configuration(workdir: Path) -> None:
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        await double.wait_ready()
+        await double.run_pod(pod("g", "guaranteed"))
+        reply = await double.create(guaranteed("g1", "g", 2))
+        assert len(cpus(reply.adjust.linux.resources.cpu.cpus)) == 2  # static, from -force-config
+
+    plugin = run(workdir, scenario, runtime_config="policy:\n  Active: none\n")
+    assert "is ignored: -force-config is given" in plugin.log()
+
+
+def test_a_bad_configuration_from_the_runtime_is_named_in_the_error(workdir: Path) -> None:
+    plugin = PluginProcess(workdir, str(workdir / "nri.sock"), str(workdir / "host"), config=None)
+
+    async def main() -> int | None:
+        double = RuntimeDouble(plugin.nri_socket)
+        double.plugin_config = "policy:\n  Active: static\n  NoSuchKey: 1\n"
+        await double.start()
+        plugin.start()
+        try:
+            assert plugin.proc is not None
+            for _ in range(300):  # the plugin gives up on a configuration it cannot apply
+                if plugin.proc.poll() is not None:
+                    break
+                await asyncio.sleep(0.1)
+            return plugin.proc.poll()
+        finally:
+            await asyncio.to_thread(plugin.stop)
+            await double.close()
+
+    code = asyncio.run(main())
+    log = plugin.log()
+    assert code not in (None, 0), log
+    assert "ConfigureRequest.config" in log and "NoSuchKey" in log, log
