@@ -333,25 +333,17 @@ def test_a_given_force_config_wins_over_the_runtimes_configuration(workdir: Path
 
 
 def test_a_bad_configuration_from_the_runtime_is_named_in_the_error(workdir: Path) -> None:
-    plugin = PluginProcess(workdir, str(workdir / "nri.sock"), str(workdir / "host"), config=None)
+    exited: list[int | None] = []
 
-    async def main() -> int | None:
-        double = RuntimeDouble(plugin.nri_socket)
-        double.plugin_config = "policy:\n  Active: static\n  NoSuchKey: 1\n"
-        await double.start()
-        plugin.start()
-        try:
-            assert plugin.proc is not None
-            for _ in range(300):  # the plugin gives up on a configuration it cannot apply
-                if plugin.proc.poll() is not None:
-                    break
-                await asyncio.sleep(0.1)
-            return plugin.proc.poll()
-        finally:
-            await asyncio.to_thread(plugin.stop)
-            await double.close()
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        assert plugin.proc is not None
+        for _ in range(300):  # the plugin gives up on a configuration it cannot apply
+            if plugin.proc.poll() is not None:
+                break
+            await asyncio.sleep(0.1)
+        exited.append(plugin.proc.poll())
 
-    code = asyncio.run(main())
+    plugin = run(workdir, scenario, forced=None, runtime_config="policy:\n  Active: static\n  NoSuchKey: 1\n")
     log = plugin.log()
-    assert code not in (None, 0), log
+    assert exited[0] not in (None, 0), log
     assert "ConfigureRequest.config" in log and "NoSuchKey" in log, log
