@@ -122,8 +122,10 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     # front end (a relay on another socket, the NRI plugin) manages the state directory.
     try:
         sockets.prepare(sockets.strip_scheme(settings.relay_socket))
+        if settings.config_socket != DISABLED:  # another relay's, live: not ours to take over
+            sockets.prepare(sockets.strip_scheme(settings.config_socket), "config")
         state_lock = statelock.acquire(settings.state_dir, "cri-resmgr relay")
-    except (sockets.SocketError, statelock.StateDirBusy) as e:
+    except (sockets.SocketError, statelock.StateDirError) as e:
         log.error("%s", e)
         return 1
 

@@ -117,7 +117,7 @@ async def run(settings: Settings, nri: NriSettings, registry: Registry,
     log.info("cri-resmgr %s starting as NRI plugin %s", __version__, nri.identity)
     try:
         lock = statelock.acquire(settings.state_dir, "cri-resmgr NRI plugin")
-    except (statelock.StateDirBusy, OSError) as e:
+    except statelock.StateDirError as e:
         log.error("%s", e)
         return 1
     try:
