@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,58 @@ def test_a_reader_gone_away_ends_the_command_quietly(args: list[str]) -> None:
         os.close(write_end)
     assert done.returncode == 141, done.stderr
     assert done.stderr == "", done.stderr
+
+
+def _relay_args(tmp_path: Path, *more: str) -> list[str]:
+    return command("-relay-socket", str(tmp_path / "relay.sock"), "-state-dir", str(tmp_path / "state"),
+                   "-runtime-socket", str(tmp_path / "no-runtime.sock"), "-config-socket", "-",
+                   "-agent-socket", "-", *more)
+
+
+def test_a_metrics_address_in_use_refuses_to_start(tmp_path: Path) -> None:
+    """Issue 29: the relay logged one ERROR and ran on without /healthz, /readyz and /state, while
+    `-probe` and `status` talked to whatever held the port. Now it refuses, before waiting for the
+    runtime (there is none here: a relay that did not refuse would time out waiting for it)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        done = subprocess.run(_relay_args(tmp_path, "-metrics-address", f"127.0.0.1:{port}",
+                                          "-runtime-wait-timeout", "3"),
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        holder.close()
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; refusing to start" in errors[0]
+    assert "waiting for the runtime" not in done.stderr
+    assert not (tmp_path / "relay.sock").exists()
+
+
+def test_while_the_runtime_is_awaited_probe_says_so_in_one_line(tmp_path: Path) -> None:
+    """The metrics address is served from the start: /readyz is 503 "starting: waiting for the
+    runtime" rather than a refused connection, and `-probe` prints that in one plain line."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    relay = subprocess.Popen(_relay_args(tmp_path, "-metrics-address", address), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            probe = subprocess.run(command("-probe", "-metrics-address", address), capture_output=True, text=True,
+                                   timeout=60)
+            if "not reachable" not in probe.stderr:
+                break
+            assert relay.poll() is None, relay.communicate()[1]
+            time.sleep(0.1)
+        assert probe.returncode == 1
+        assert probe.stderr == "not ready: starting: waiting for the runtime\n"
+        assert probe.stdout == ""
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _, err = relay.communicate(timeout=60)
+    assert relay.returncode == 0, err
+    assert "stopped while waiting for the runtime" in err
