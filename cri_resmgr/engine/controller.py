@@ -21,9 +21,11 @@ import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import HistogramSnapshot
+from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt, snapshot
 from cri_resmgr.engine.cache import Cache
+from cri_resmgr.engine.classes import ClassControl, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeCalls
@@ -87,6 +89,7 @@ class EngineStats:
     dump_dropped: int | None  # None: no dumper
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
+    classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
 
 
 
@@ -139,6 +142,9 @@ class Controller:
         self._alloc_lock = asyncio.Lock()
         self._policy_key: _PolicyKey | None = None
         self._reconciled = ReconcileStats()
+        files: HostFiles = HostRoot(settings.host_root)
+        # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
+        self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -161,7 +167,8 @@ class Controller:
                            released_on_exit=m.released_on_exit, exclusive_denied=m.exclusive_denied,
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
-                           decision_latency=m.decision_latency, reconcile=self._reconciled)
+                           decision_latency=m.decision_latency, reconcile=self._reconciled,
+                           classes=self._classes.stats())
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -180,7 +187,13 @@ class Controller:
             self._topology_summary = snapshot.summarise(topo)
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              resmgr.cache if resmgr is not None else None, self._topology_summary,
-                             self._config, self._settings.dry_run)
+                             self._config, self._settings.dry_run, classes=self._classes.of)
+
+    def container_classes(self, container_id: str) -> tuple[str | None, str | None]:
+        """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
+        resmgr = self._resmgr
+        c = resmgr.cache.by_id(container_id) if resmgr is not None else None
+        return self._classes.of(c.key) if c is not None else (None, None)
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""
@@ -233,6 +246,8 @@ class Controller:
             raise
         self._reconciled = replace(r, runs=r.runs + 1, gone=r.gone + counts["gone"],
                                    adopted=r.adopted + counts["adopted"])
+        # Classes: containers started behind the relay's back, new threads, lost rules.
+        await self._classes.sync(resmgr.cache)
         return counts
 
     # -- sources ----------------------------------------------------------------------
@@ -283,6 +298,7 @@ class Controller:
         info = self._registry.lookup(config.policy.active or self._settings.policy)
         self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
+        classes = self._classes.prepare(config)  # RDT over-subscription is refused here
         key = _policy_key(info.name, config)
         policy = self._build_policy(info, config) if key != self._policy_key else None
         new_dumper = self._build_dumper(config)
@@ -298,6 +314,9 @@ class Controller:
         if self._set_debug:
             self._set_debug(config.logger.debug)
         self._config = config
+        self._classes.switch(classes)
+        if self._resmgr is not None:
+            await self._classes.sync(self._resmgr.cache)
         log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
 
     def _check_switch_allowed(self, config: Config, name: str) -> None:
@@ -349,7 +368,7 @@ class Controller:
             options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
-                                     note=self._note)
+                                     note=self._note, classes=self._classes)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:

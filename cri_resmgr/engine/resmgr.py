@@ -24,6 +24,7 @@ from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.engine import adopt, classify, describe, exits, messages, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
+from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.runtime import RuntimeCalls
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
@@ -76,8 +77,9 @@ class ResourceManager:
 
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
                  lock: asyncio.Lock, options: Options | None = None,
-                 note: Callable[[str], None] | None = None):
+                 note: Callable[[str], None] | None = None, classes: ClassControl | None = None):
         self._policy_name = policy_name
+        self._classes = classes
         self._policy = policy
         self._cache = cache
         self._enforcer = enforcer
@@ -251,6 +253,11 @@ class ResourceManager:
         c = self._cache.by_id(m.container_id)
         if c is not None and c.state != "exited":
             c.state = "running"
+            if self._classes is not None:  # block I/O and RDT classes, before kubelet hears of the start
+                try:
+                    await self._classes.started(c)
+                except Exception:  # a bug there must not fail the container's start
+                    log.exception("%s: enforcing its block I/O and RDT classes failed", c.workload)
         return reply
 
     async def _stop(self, req: Request) -> pb.StopContainerResponse:
