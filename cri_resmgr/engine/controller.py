@@ -119,7 +119,10 @@ class Controller:
     and swaps them into the feed."""
 
     def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimeCalls,
-                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None):
+                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None,
+                 host_files: HostFiles | None = None):
+        """`host_files`: where the class controllers read and write cgroup and resctrl
+        files (default: the files under -host-root)."""
         self._settings = settings
         self._registry = registry
         self._feed = feed
@@ -142,7 +145,7 @@ class Controller:
         self._alloc_lock = asyncio.Lock()
         self._policy_key: _PolicyKey | None = None
         self._reconciled = ReconcileStats()
-        files: HostFiles = HostRoot(settings.host_root)
+        files = host_files if host_files is not None else HostRoot(settings.host_root)
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
 

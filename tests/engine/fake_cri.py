@@ -27,6 +27,8 @@ class FakeCRI:
         self.updates = 0
         self.fail_updates = 0  # fail this many UpdateContainerResources with UNAVAILABLE
         self._ids = itertools.count(1)
+        # Called with (container id, pid, cgroups path) as a container starts: tests build its cgroup there.
+        self.on_start = None
         self.server: grpc.aio.Server | None = None
 
     def cpuset(self, cid: str) -> str:
@@ -125,7 +127,13 @@ class _Handlers(grpc.GenericRpcHandler):
         return pb.CreateContainerResponse(container_id=cid)
 
     async def start(self, req, ctx):
-        self.f.containers[req.container_id]["state"] = pb.ContainerState.CONTAINER_RUNNING
+        c = self.f.containers[req.container_id]
+        c["state"] = pb.ContainerState.CONTAINER_RUNNING
+        # Where a runtime would have put it: a PID and a cgroupfs path, as containerd's info tells them.
+        c["pid"] = 100000 + int(req.container_id[3:])
+        c["cgroups_path"] = f"/crirm-fake/{c['pod']}/{req.container_id}"
+        if self.f.on_start is not None:
+            self.f.on_start(req.container_id, c["pid"], c["cgroups_path"])
         return pb.StartContainerResponse()
 
     async def stop(self, req, ctx):
@@ -151,8 +159,11 @@ class _Handlers(grpc.GenericRpcHandler):
         c = self.f.containers.get(req.container_id)
         if c is None:
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container not found")
+        import json
+        info = {"pid": c.get("pid", 0), "runtimeSpec": {"linux": {"cgroupsPath": c.get("cgroups_path", "")}}}
         return pb.ContainerStatusResponse(status=pb.ContainerStatus(id=req.container_id, state=c["state"],
-                                                                    metadata=c["metadata"]))
+                                                                    metadata=c["metadata"]),
+                                          info={"info": json.dumps(info)} if req.verbose else {})
 
     async def update(self, req, ctx):
         if self.f.fail_updates > 0:
