@@ -1,9 +1,10 @@
 """Which block I/O and RDT class a container gets: a decision without I/O.
 
 The pod's annotations (kubelet passes the pod's in the sandbox config; Kubernetes has
-no container annotations), in the order of the other cri-resource-manager annotations:
-`KIND.cri-resource-manager.intel.com/container.NAME`, then `.../pod`; else the class
-the configuration gives the container's QoS class; else none.
+no container annotations) `KIND.cri-resource-manager.intel.com/container.NAME`, then
+`.../pod` (then the plain key), in the order of every cri-resource-manager annotation
+(`policy.api.annotation_keys`, which `Workload.effective_annotation` follows); else the
+class the configuration gives the container's QoS class; else none.
 """
 
 from __future__ import annotations
@@ -25,26 +26,21 @@ class Choice:
     unknown: str | None = None
 
 
-def annotation_keys(kind: str, container: str) -> tuple[str, str]:
-    base = f"{kind}class.{DOMAIN}"
-    return f"{base}/container.{container}", f"{base}/pod"
+def annotation_key(kind: str) -> str:
+    """The annotation naming a container's class of `kind` ("blockio", "rdt")."""
+    return f"{kind}class.{DOMAIN}"
 
 
-def choose(kind: str, container: str, qos: str, pod_annotations: Mapping[str, str],
-           container_annotations: Mapping[str, str], known: Collection[str],
-           qos_classes: Mapping[str, str]) -> Choice:
-    """The class of `kind` ("blockio", "rdt") for a container; an annotation naming a class
-    the configuration does not have gives none (and says so in `unknown`): a class asked
-    for by name is not silently replaced by another."""
-    for key in annotation_keys(kind, container):
-        for source in (container_annotations, pod_annotations):
-            value = source.get(key)
-            if value is None:
-                continue
-            name = value.strip()
-            if name in known:
-                return Choice(name, "annotation")
-            return Choice(None, "annotation", unknown=name)
+def choose(annotation: str | None, qos: str, known: Collection[str], qos_classes: Mapping[str, str]) -> Choice:
+    """A container's class of a kind, from its effective annotation (`annotation`, None:
+    not given) and QoS class. An annotation naming a class the configuration does not
+    have gives none (and says so in `unknown`): a class asked for by name is not
+    silently replaced by another."""
+    if annotation is not None:
+        name = annotation.strip()
+        if name in known:
+            return Choice(name, "annotation")
+        return Choice(None, "annotation", unknown=name)
     default = qos_classes.get(qos)
     if default is not None and default in known:
         return Choice(default, "qos")

@@ -26,7 +26,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.classes import blockio, cgroups, rdtplan
 from cri_resmgr.classes.hostfs import HostFiles
 from cri_resmgr.classes.rdt import ResctrlWriter
-from cri_resmgr.classes.select import KINDS, Choice, choose
+from cri_resmgr.classes.select import KINDS, Choice, annotation_key, choose
 from cri_resmgr.config.classes import ClassConfigError
 from cri_resmgr.config.schema import Config, ConfigError
 from cri_resmgr.engine.cache import ContainerRecord
@@ -203,8 +203,7 @@ class ClassControl:
         for kind, known, qos_classes in (
                 ("blockio", p.config.blockio.classes, p.config.blockio.qos_classes),
                 ("rdt", p.config.rdt.classes, p.config.rdt.qos_classes)):
-            choice = choose(kind, w.name, w.qos.value, w.pod_annotations, w.container_annotations, known,
-                            qos_classes)
+            choice = choose(w.effective_annotation(annotation_key(kind)), w.qos.value, known, qos_classes)
             if choice.unknown is not None and self._warn_once(
                     f"unknown:{c.key}:{kind}:{choice.unknown}",
                     f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
