@@ -22,7 +22,7 @@ import yaml
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, snapshot
+from cri_resmgr.engine import adopt, realcpuset, snapshot
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
@@ -70,6 +70,7 @@ class ReconcileStats:
     failed: int = 0
     gone: int = 0  # containers removed behind the relay's back, released
     adopted: int = 0  # running containers the relay did not know, placed
+    resent: int = 0  # running containers whose cgroup's cpuset was not the policy's, sent it again
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class EngineStats:
     dump_dropped: int | None  # None: no dumper
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
-
+    updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
 
 
 
@@ -116,8 +117,11 @@ class Controller:
     and swaps them into the feed."""
 
     def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimeCalls,
-                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None):
+                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None,
+                 cgroups: realcpuset.CgroupReader | None = None):
         self._settings = settings
+        # What the reconcile reads the real cpusets with (engine/realcpuset.py).
+        self._cgroups = cgroups if cgroups is not None else realcpuset.CgroupReader()
         self._registry = registry
         self._feed = feed
         self._runtime = runtime
@@ -161,7 +165,8 @@ class Controller:
                            released_on_exit=m.released_on_exit, exclusive_denied=m.exclusive_denied,
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
-                           decision_latency=m.decision_latency, reconcile=self._reconciled)
+                           decision_latency=m.decision_latency, reconcile=self._reconciled,
+                           updates_resent_after_start=u.resent_after_start)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -224,7 +229,7 @@ class Controller:
         to do under the none policy. Raises what the runtime call raises."""
         resmgr = self._resmgr
         if resmgr is None:
-            return {"gone": 0, "adopted": 0}
+            return {"gone": 0, "adopted": 0, "resent": 0}
         r = self._reconciled
         try:
             counts = await resmgr.reconcile(self._runtime)
@@ -232,7 +237,7 @@ class Controller:
             self._reconciled = replace(r, runs=r.runs + 1, failed=r.failed + 1)
             raise
         self._reconciled = replace(r, runs=r.runs + 1, gone=r.gone + counts["gone"],
-                                   adopted=r.adopted + counts["adopted"])
+                                   adopted=r.adopted + counts["adopted"], resent=r.resent + counts["resent"])
         return counts
 
     # -- sources ----------------------------------------------------------------------
@@ -349,7 +354,7 @@ class Controller:
             options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
-                                     note=self._note)
+                                     note=self._note, cgroups=self._cgroups)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:

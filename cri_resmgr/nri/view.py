@@ -244,4 +244,9 @@ class NriRuntime:
             "memory": {"limit": r.memory_limit_in_bytes}}}}
         status = pb.ContainerStatus(id=c.id, metadata=cri.metadata, state=cri.state,
                                     labels=dict(c.labels), annotations=dict(c.annotations))
-        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps({"runtimeSpec": spec})})
+        # The pid, as containerd's verbose status has it: the reconcile reads the real cpuset
+        # from the process's cgroup (engine/realcpuset.py), which the spec cannot show.
+        verbose: dict[str, object] = {"runtimeSpec": spec}
+        if c.pid:
+            verbose["pid"] = c.pid
+        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps(verbose)})

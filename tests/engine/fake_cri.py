@@ -26,6 +26,7 @@ class FakeCRI:
         self.containers: dict[str, dict] = {}  # id -> {pod, name, state, resources}
         self.updates = 0
         self.fail_updates = 0  # fail this many UpdateContainerResources with UNAVAILABLE
+        self.pids: dict[str, int] = {}  # id -> the "pid" a verbose ContainerStatus gives
         self._ids = itertools.count(1)
         self.server: grpc.aio.Server | None = None
 
@@ -151,8 +152,11 @@ class _Handlers(grpc.GenericRpcHandler):
         c = self.f.containers.get(req.container_id)
         if c is None:
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container not found")
+        import json
+        pid = self.f.pids.get(req.container_id)
+        info = {"info": json.dumps({"pid": pid})} if req.verbose and pid else {}
         return pb.ContainerStatusResponse(status=pb.ContainerStatus(id=req.container_id, state=c["state"],
-                                                                    metadata=c["metadata"]))
+                                                                    metadata=c["metadata"]), info=info)
 
     async def update(self, req, ctx):
         if self.f.fail_updates > 0:
