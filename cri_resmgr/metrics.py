@@ -114,6 +114,9 @@ class EngineCollector(Collector):
                                   value=s.updates_sent)
         yield CounterMetricFamily("cri_resmgr_updates_failed", "Unsolicited updates given up after retries",
                                   value=s.updates_failed)
+        yield CounterMetricFamily("cri_resmgr_updates_resent_after_start",
+                                  "Updates that raced the container's StartContainer, sent again after it",
+                                  value=s.updates_resent_after_start)
         yield _gauge("cri_resmgr_containers", "Containers tracked by the cache", s.containers)
         if s.dump_dropped is not None:
             yield CounterMetricFamily("cri_resmgr_dump_dropped", "Dump messages dropped (queue full)",
@@ -124,10 +127,12 @@ class EngineCollector(Collector):
                                   value=r.failed)
         fixed = CounterMetricFamily("cri_resmgr_reconcile_fixed_containers",
                                     "What reconciles fixed: containers removed behind the relay's back and "
-                                    "released (gone), running ones it did not know and placed (adopted)",
+                                    "released (gone), running ones it did not know and placed (adopted), "
+                                    "running ones whose cgroup's cpuset was not the policy's, sent it again (resent)",
                                     labels=["action"])
         fixed.add_metric(["gone"], r.gone)
         fixed.add_metric(["adopted"], r.adopted)
+        fixed.add_metric(["resent"], r.resent)
         yield fixed
         yield from _class_families(s.classes)
 

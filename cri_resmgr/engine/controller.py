@@ -23,7 +23,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, snapshot
+from cri_resmgr.engine import adopt, realcpuset, snapshot
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
@@ -72,6 +72,7 @@ class ReconcileStats:
     failed: int = 0
     gone: int = 0  # containers removed behind the relay's back, released
     adopted: int = 0  # running containers the relay did not know, placed
+    resent: int = 0  # running containers whose cgroup's cpuset was not the policy's, sent it again
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class EngineStats:
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
     classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
-
+    updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
 
 
 
@@ -120,10 +121,12 @@ class Controller:
 
     def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimeCalls,
                  dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None,
-                 host_files: HostFiles | None = None):
+                 cgroups: realcpuset.CgroupReader | None = None, host_files: HostFiles | None = None):
         """`host_files`: where the class controllers read and write cgroup and resctrl
         files (default: the files under -host-root)."""
         self._settings = settings
+        # What the reconcile reads the real cpusets with (engine/realcpuset.py).
+        self._cgroups = cgroups if cgroups is not None else realcpuset.CgroupReader()
         self._registry = registry
         self._feed = feed
         self._runtime = runtime
@@ -171,7 +174,7 @@ class Controller:
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
-                           classes=self._classes.stats())
+                           updates_resent_after_start=u.resent_after_start, classes=self._classes.stats())
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -240,7 +243,7 @@ class Controller:
         to do under the none policy. Raises what the runtime call raises."""
         resmgr = self._resmgr
         if resmgr is None:
-            return {"gone": 0, "adopted": 0}
+            return {"gone": 0, "adopted": 0, "resent": 0}
         r = self._reconciled
         try:
             counts = await resmgr.reconcile(self._runtime)
@@ -248,7 +251,7 @@ class Controller:
             self._reconciled = replace(r, runs=r.runs + 1, failed=r.failed + 1)
             raise
         self._reconciled = replace(r, runs=r.runs + 1, gone=r.gone + counts["gone"],
-                                   adopted=r.adopted + counts["adopted"])
+                                   adopted=r.adopted + counts["adopted"], resent=r.resent + counts["resent"])
         # Classes: containers started behind the relay's back, new threads, lost rules.
         await self._classes.sync(resmgr.cache)
         return counts
@@ -371,7 +374,7 @@ class Controller:
             options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
-                                     note=self._note, classes=self._classes)
+                                     note=self._note, cgroups=self._cgroups, classes=self._classes)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:

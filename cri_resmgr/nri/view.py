@@ -247,5 +247,9 @@ class NriRuntime:
         spec = {"linux": linux}
         status = pb.ContainerStatus(id=c.id, metadata=cri.metadata, state=cri.state,
                                     labels=dict(c.labels), annotations=dict(c.annotations))
-        info = {"runtimeSpec": spec, "pid": c.pid} if c.pid else {"runtimeSpec": spec}
-        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps(info)})
+        # The pid, as containerd's verbose status has it: the reconcile reads the real cpuset
+        # from the process's cgroup (engine/realcpuset.py), which the spec cannot show.
+        verbose: dict[str, object] = {"runtimeSpec": spec}
+        if c.pid:
+            verbose["pid"] = c.pid
+        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps(verbose)})
