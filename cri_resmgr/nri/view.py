@@ -266,10 +266,18 @@ class NriRuntime:
             raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {container_id} is not known to the runtime")
         cri = cri_container(c)
         r = cri_resources(c.linux.resources)
-        spec = {"linux": {"resources": {
+        linux: dict[str, object] = {"resources": {
             "cpu": {"shares": r.cpu_shares, "quota": r.cpu_quota, "period": r.cpu_period,
                     "cpus": r.cpuset_cpus, "mems": r.cpuset_mems},
-            "memory": {"limit": r.memory_limit_in_bytes}}}}
+            "memory": {"limit": r.memory_limit_in_bytes}}}
+        if c.linux.cgroups_path:  # where the engine's block I/O and RDT classes go (engine/classes.py)
+            linux["cgroupsPath"] = c.linux.cgroups_path
+        spec = {"linux": linux}
         status = pb.ContainerStatus(id=c.id, metadata=cri.metadata, state=cri.state,
                                     labels=dict(c.labels), annotations=dict(c.annotations))
-        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps({"runtimeSpec": spec})})
+        # The pid, as containerd's verbose status has it: the reconcile reads the real cpuset
+        # from the process's cgroup (engine/realcpuset.py), which the spec cannot show.
+        verbose: dict[str, object] = {"runtimeSpec": spec}
+        if c.pid:
+            verbose["pid"] = c.pid
+        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps(verbose)})

@@ -43,6 +43,33 @@ _SYSTEM_PATHS = ("/", "/run", "/var", "/var/lib", "/run/containerd", "/var/lib/c
 _MAX_SOCKET_LEN = 107 - len(".ttrpc")
 _SHIM_SOCKET_DIR = "/run/containerd/s/"
 _TASK_STATE = "io.containerd.runtime.v2.task"
+# The runtime handler whose `runc start` a test can hold (Containerd.hold_start).
+GATED_RUNTIME = "crirm-gated"
+# The longest a held start waits for its release: a test that dies holding one
+# must not leave containerd's StartContainer hanging for ever.
+_GATE_MAX_SECONDS = 60
+
+
+def gated_runc_script(runc: str, gate_dir: Path) -> str:
+    """runc, except that `runc ... start ID` waits while gate_dir/ID exists; it
+    marks gate_dir/ID.held once it waits. By then containerd has created the task
+    from the container's spec (`runc create`) and has not yet marked the
+    container started: the window of a StartContainer in flight."""
+    return f"""#!/bin/sh
+gate={json.dumps(str(gate_dir))}
+sub="" last=""
+for a in "$@"; do
+  case "$a" in start|create|run|delete|kill|state|update|exec|ps|pause|resume|checkpoint|restore|events) \
+    [ -z "$sub" ] && sub="$a";; esac
+  last="$a"
+done
+if [ "$sub" = start ] && [ -e "$gate/$last" ]; then
+  : > "$gate/$last.held"
+  n=0
+  while [ -e "$gate/$last" ] && [ $n -lt {_GATE_MAX_SECONDS * 50} ]; do sleep 0.02; n=$((n + 1)); done
+fi
+exec {json.dumps(runc)} "$@"
+"""
 
 
 class ContainerdError(RuntimeError):
@@ -72,6 +99,10 @@ class Layout:
         self.nri_socket = self.base_dir / "nri.sock"
         self.nri_plugins = self.base_dir / "nri" / "plugins"
         self.nri_conf = self.base_dir / "nri" / "conf.d"
+        # The "crirm-gated" runtime handler's runc: `runc start ID` waits while
+        # gate/ID exists (tests hold a StartContainer in flight; see `Containerd.hold_start`).
+        self.gated_runc = self.base_dir / "runc-gated"
+        self.gate_dir = self.base_dir / "gate"
 
 
 def _nri_section(layout: Layout, table: str, q: Callable[[object], str], nri: bool) -> str:
@@ -158,6 +189,16 @@ disabled_plugins = [
         [{cri}.containerd.runtimes.runc.options]
           SystemdCgroup = false
           Root = {q(layout.runc_root)}
+
+      # runc behind a gate (GATED_RUNTIME): pods that ask for it by runtime_handler
+      # can have a container's start held while a test does something else.
+      [{cri}.containerd.runtimes.{GATED_RUNTIME}]
+        runtime_type = "io.containerd.runc.v2"
+
+        [{cri}.containerd.runtimes.{GATED_RUNTIME}.options]
+          SystemdCgroup = false
+          Root = {q(layout.runc_root)}
+          BinaryName = {q(layout.gated_runc)}
 
     # No CNI is installed; host-network sandboxes never call it, and an empty
     # conf dir only makes the CRI report NetworkReady=false.
@@ -328,6 +369,10 @@ class Containerd:
             self.snapshotter = "overlayfs" if overlay_supported(lay.base_dir) else "native"
         lay.snapshotter_file.write_text(self.snapshotter + "\n")
         lay.config.write_text(render_config(lay, self.snapshotter, major=self.major, nri=self.nri))
+        lay.gate_dir.mkdir(exist_ok=True)
+        runc = shutil.which(self._runc_bin) or self._runc_bin
+        lay.gated_runc.write_text(gated_runc_script(runc, lay.gate_dir))
+        lay.gated_runc.chmod(0o755)
         lay.socket.unlink(missing_ok=True)
         env = None
         if self.bin_dir is not None:
@@ -378,6 +423,24 @@ class Containerd:
     def mounts(self) -> list[str]:
         """Mount points at or under `base_dir`, in mount order."""
         return mounts_under(self.base_dir)
+
+    def hold_start(self, container_id: str) -> None:
+        """The next `runc start` of this container (a pod of the GATED_RUNTIME
+        handler) waits until `release_start`."""
+        (self.layout.gate_dir / container_id).touch()
+
+    def wait_held(self, container_id: str, timeout: float = 20.0) -> None:
+        """Returns once the held start is waiting at the gate."""
+        held = self.layout.gate_dir / f"{container_id}.held"
+        deadline = time.monotonic() + timeout
+        while not held.exists():
+            if time.monotonic() > deadline:
+                raise ContainerdError(f"the start of {container_id[:12]} never reached the gate within {timeout}s")
+            time.sleep(0.02)
+
+    def release_start(self, container_id: str) -> None:
+        (self.layout.gate_dir / container_id).unlink(missing_ok=True)
+        (self.layout.gate_dir / f"{container_id}.held").unlink(missing_ok=True)
 
     def ctr(self, *args: str, timeout: float = 60.0) -> str:
         """Runs `ctr` against this instance in the CRI namespace; returns stdout."""
