@@ -251,6 +251,16 @@ def test_external_plugin_kill_restart_and_state_lock(nri_containerd, kubelet_on,
         wait_cpuset(k, g2, RESERVED)
         state = json.loads((Path(plugin.state_dir) / "state.json").read_text())
         assert sum(1 for v in state["assignments"].values() if v["exclusive"]) == 1
+
+        # The runtime restarts: the plugin re-dials, is configured and synchronized again.
+        registered = plugin.log().count("registered with the runtime")
+        nri_containerd.restart()
+        wait_for("re-registration", lambda: plugin.log().count("registered with the runtime") > registered,
+                 plugin.log)
+        wait_for("the new session's Synchronize", lambda: plugin.log().count("gone meanwhile") >= 3, plugin.log)
+        c = k.start_pod(besteffort("e-after-restart")).container_ids["c"]
+        wait_cpuset(k, c, RESERVED, log=plugin.log)
+        wait_cpuset(k, g, EXCLUSIVE)
     finally:
         plugin.stop()
 
