@@ -87,6 +87,8 @@ class EngineStats:
     dump_dropped: int | None  # None: no dumper
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
+    resizes: int = 0  # in-place resizes the policy re-decided
+    resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
 
 
 
@@ -161,7 +163,8 @@ class Controller:
                            released_on_exit=m.released_on_exit, exclusive_denied=m.exclusive_denied,
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
-                           decision_latency=m.decision_latency, reconcile=self._reconciled)
+                           decision_latency=m.decision_latency, reconcile=self._reconciled,
+                           resizes=m.resizes, resizes_refused=m.resizes_refused)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
