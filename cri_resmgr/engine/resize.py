@@ -50,17 +50,21 @@ class Resize:
 def read(w: Workload, linux: pb.LinuxContainerResources) -> Resize | None:
     """The container's sizes after the update; None when it changes none of them.
     An update without cpu_shares (not kubelet's: kubelet always sets them) says
-    nothing about CPUs; one without a memory limit removes it, as kubelet means."""
+    nothing about CPUs, one without a memory limit nothing about memory."""
     cpu_request, cpu_limit = w.cpu_request, w.cpu_limit
     if linux.cpu_shares:
         if linux.cpu_shares != milli_cpu_to_shares(w.cpu_request):
             cpu_request = classify.requirements_from_cri(linux.cpu_shares, 0, 0, 0).cpu_request
         period = linux.cpu_period
         if linux.cpu_quota <= 0 or period <= 0:
-            cpu_limit = None
+            # No quota: no limit, except that a Guaranteed container always has one
+            # (an update that leaves the quota out does not change it).
+            cpu_limit = w.cpu_limit if w.qos is QoS.GUARANTEED else None
         elif w.cpu_limit is None or linux.cpu_quota != milli_cpu_to_quota(w.cpu_limit, period):
             cpu_limit = round(linux.cpu_quota * 1000 / period)
-    memory_limit = linux.memory_limit_in_bytes or None
+    # 0: no memory limit given (kubelet cannot remove a limit by a resize; NRI's
+    # UpdateContainer leaves out what it does not change).
+    memory_limit = linux.memory_limit_in_bytes or w.memory_limit
     memory_request = w.memory_request
     if memory_limit != w.memory_limit and memory_limit is not None:
         if w.qos is QoS.GUARANTEED or memory_request > memory_limit:
