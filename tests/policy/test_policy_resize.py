@@ -138,9 +138,9 @@ def test_static_refusal_says_what_is_free(eight):
     assert "running it on" not in str(e.value)  # it keeps what it has
 
 
-def test_pool_policies_are_resizable_in_place(eight):
-    assert isinstance(build("static", eight), Resizable)
-    assert isinstance(build("static-plus", eight), Resizable)
+@pytest.mark.parametrize("name", POLICIES)
+def test_every_built_in_policy_is_resizable(name, eight):
+    assert isinstance(build(name, eight), Resizable)
 
 
 @pytest.mark.parametrize("name", POLICIES)
