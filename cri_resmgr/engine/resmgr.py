@@ -249,7 +249,8 @@ class ResourceManager:
             labels={**(pod.labels or dict(m.sandbox_config.labels)), **cfg.labels},
             cri_resources=classify.requirements_from_cri(
                 res.cpu_shares, res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes),
-            reserved_namespaces=self._options.reserved_namespaces)
+            reserved_namespaces=self._options.reserved_namespaces,
+            pod_resources=classify.pod_level(m.sandbox_config.linux))
 
     async def _start(self, req: Request) -> pb.StartContainerResponse:
         m = messages.request(req, pb.StartContainerRequest)

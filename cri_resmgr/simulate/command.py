@@ -158,13 +158,12 @@ def _workload(values: flags.Values, topology: Topology) -> tuple[list[Call], str
         return dumpread.read_dump(dump).calls, f"dump {dump}"
     if (pods_file := values[PODS]) is not None:
         found = pods.read_pods(pods_file)
-        resizes = sum(isinstance(item, pods.Resize) for item in found)
-        return pods.pod_calls(found), (f"{len(found) - resizes} pods" + (f" and {resizes} resizes" if resizes else "")
+        steps = sum(isinstance(item, pods.Resize) for item in found)
+        return pods.pod_calls(found), (f"{len(found) - steps} pods" + (f" and {steps} resizes" if steps else "")
                                        + f" from {pods_file}")
     n, seed = values[CHURN], values[SEED]
     assert n is not None  # one of the three was given (_one_of)
     live = values[LIVE] or max(4, len(topology.online) // 2)
-    resizes = values[RESIZES]
-    return churn.churn_calls(n, seed, live, resizes), (f"churn of {n} containers (seed {seed}, about {live} alive"
-                                                       + (f", {resizes:g} of the steps resizes" if resizes else "")
-                                                       + ")")
+    rate = values[RESIZES]
+    return churn.churn_calls(n, seed, live, rate), (f"churn of {n} containers (seed {seed}, about {live} alive"
+                                                    + (f", {rate:g} of the steps resizes" if rate else "") + ")")

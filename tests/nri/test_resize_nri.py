@@ -62,3 +62,16 @@ def test_resize_through_nri_moves_cpus_and_refuses_what_cannot_fit(workdir: Path
 
     plugin = run(workdir, scenario)
     assert "resized to cpu request 3000m" in plugin.log()
+
+
+def test_pod_level_resources_reach_the_engine_from_nri() -> None:
+    from cri_resmgr.engine.classify import pod_level
+    from cri_resmgr.nri.view import sandbox_config
+
+    p = pod("p", "guaranteed")
+    p.linux.pod_resources.cpu.shares.value = 2048
+    p.linux.pod_resources.cpu.quota.value = 200000
+    p.linux.pod_resources.cpu.period.value = 100000
+    found = pod_level(sandbox_config(p).linux)
+    assert found is not None and (found.cpu_request, found.cpu_limit) == (2000, 2000)
+    assert pod_level(sandbox_config(pod("q")).linux) is None
