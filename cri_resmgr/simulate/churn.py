@@ -27,7 +27,7 @@ from cri_resmgr.simulate.podcalls import (
     start_calls,
 )
 
-__all__ = ["churn_calls"]
+__all__ = ["churn_calls", "resize_step"]
 
 MIB = 1 << 20
 
@@ -46,7 +46,7 @@ def churn_calls(containers: int, seed: int, target: int, resizes: float = 0.0) -
     while created < containers:
         if resizes and live and resize_rng.random() < resizes:
             i = resize_rng.randrange(len(live))
-            step = _resize(resize_rng, live[i].pod)
+            step = resize_step(resize_rng, live[i].pod)
             if step is not None:
                 call, live[i] = resize_call(live[i], step, f"churn: resize {step}")
                 calls.append(call)
@@ -92,7 +92,7 @@ def _container(rng: random.Random, name: str, roll: float) -> Container:
     return Container(name, {"cpu": rng.choice([1500, 2500]), "memory": mem})
 
 
-def _resize(rng: random.Random, pod: Pod) -> Resize | None:
+def resize_step(rng: random.Random, pod: Pod) -> Resize | None:
     """A new size for one of the pod's containers, keeping the pod's QoS class."""
     c = rng.choice(pod.containers)
     qos = qos_class(pod)
