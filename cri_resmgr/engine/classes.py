@@ -82,9 +82,25 @@ class ClassControl:
         return ClassStats(assignments=dict(self._assignments), unknown=self._unknown, failures=dict(self._failures))
 
     def of(self, key: str) -> tuple[str | None, str | None]:
-        """The (blockio, rdt) classes of a container, by its key (for /state and NRI)."""
+        """The (blockio, rdt) classes given to a container, by its key (for /state)."""
         chosen = self._chosen.get(key)
         return (chosen[0].name, chosen[1].name) if chosen is not None else (None, None)
+
+    def choose(self, c: ContainerRecord) -> tuple[str | None, str | None]:
+        """The (blockio, rdt) classes `c` is to get, decided now (the NRI plugin names them
+        in a new container's adjustment, before it starts)."""
+        b, r = self._choices(c)
+        return b.name, r.name
+
+    def _choices(self, c: ContainerRecord) -> tuple[Choice, Choice]:
+        p = self._prepared
+        if p is None:
+            return Choice(None), Choice(None)
+        w = c.workload
+        return (choose(w.effective_annotation(annotation_key("blockio")), w.qos.value, p.config.blockio.classes,
+                       p.config.blockio.qos_classes),
+                choose(w.effective_annotation(annotation_key("rdt")), w.qos.value, p.config.rdt.classes,
+                       p.config.rdt.qos_classes))
 
     # -- configuration ---------------------------------------------------------------
 
@@ -199,17 +215,13 @@ class ClassControl:
         p = self._prepared
         assert p is not None
         w = c.workload
-        chosen = []
-        for kind, known, qos_classes in (
-                ("blockio", p.config.blockio.classes, p.config.blockio.qos_classes),
-                ("rdt", p.config.rdt.classes, p.config.rdt.qos_classes)):
-            choice = choose(w.effective_annotation(annotation_key(kind)), w.qos.value, known, qos_classes)
+        chosen = self._choices(c)
+        for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
             if choice.unknown is not None and self._warn_once(
                     f"unknown:{c.key}:{kind}:{choice.unknown}",
                     f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
                     f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
                 self._unknown += 1
-            chosen.append(choice)
         before = self._chosen.get(c.key)
         self._chosen[c.key] = (chosen[0], chosen[1])
         for i, kind in enumerate(KINDS):

@@ -199,7 +199,7 @@ class Controller:
         """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
         resmgr = self._resmgr
         c = resmgr.cache.by_id(container_id) if resmgr is not None else None
-        return self._classes.of(c.key) if c is not None else (None, None)
+        return self._classes.choose(c) if c is not None else (None, None)
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""

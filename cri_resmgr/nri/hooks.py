@@ -69,6 +69,8 @@ class Hooks:
         self._sync_parts: tuple[list[api.PodSandbox], list[api.Container]] | None = None
         self._sync_started = 0.0  # monotonic time of a Synchronize's first part
         self.runtime_config = ""  # ConfigureRequest.config, see `configure`
+        # -nri-runtime-classes: a container's (blockio, rdt) classes by id, named in its adjustment.
+        self.classes_of: Callable[[str], tuple[str | None, str | None]] | None = None
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
@@ -179,6 +181,12 @@ class Hooks:
         reply = api.CreateContainerResponse(update=[u for u in updates if u.container_id != c.id])
         if isinstance(sent, pb.CreateContainerRequest):
             _adjust(reply.adjust, c.linux.resources.cpu, sent.config.linux.resources)
+            if self.classes_of is not None:
+                blockio, rdt = self.classes_of(c.id)
+                if blockio:
+                    reply.adjust.linux.resources.blockio_class.value = blockio
+                if rdt:
+                    reply.adjust.linux.resources.rdt_class.value = rdt
         return reply
 
     async def start_container(self, req: api.StartContainerRequest) -> api.StartContainerResponse:
