@@ -305,6 +305,9 @@ class Controller:
         self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
         classes = self._classes.prepare(config)  # RDT over-subscription is refused here
+        if info.factory is None and (config.blockio.classes or config.rdt.partitions):
+            log.warning("%s: block I/O and RDT classes are not enforced under the %s policy, which relays every "
+                        "call unchanged: choose a policy (policy.Active) to have them", config.source, info.name)
         key = _policy_key(info.name, config)
         policy = self._build_policy(info, config) if key != self._policy_key else None
         new_dumper = self._build_dumper(config)
