@@ -114,6 +114,15 @@ class ResctrlWriter:
             self._noted(f"rdt {who}: moved {moved} tasks to {self._files.show(path)}")
         return moved
 
+    def release(self, tids: Iterable[int], who: str = "") -> int:
+        """Moves those of `tids` that are in one of our groups back to the root group (a
+        container that lost its class); threads in other tools' groups stay there."""
+        ours = set()
+        wanted = set(tids)
+        for cls in self.groups():
+            ours |= self.tasks(cls) & wanted
+        return self.move(None, sorted(ours), who) if ours else 0
+
     def _noted(self, text: str) -> None:
         if self._note is not None:
             self._note(text)

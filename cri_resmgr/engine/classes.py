@@ -69,8 +69,12 @@ class ClassControl:
         self._prepared: Prepared | None = None
         self._where: dict[str, cgroups.Where] = {}  # container id -> where the runtime put it
         self._chosen: dict[str, tuple[Choice, Choice]] = {}  # container key -> (blockio, rdt)
-        self._blockio_touched: set[str] = set()  # container ids whose cgroup we wrote to
+        # Container ids whose cgroup holds our rules (whose tasks are in one of our groups)
+        # as far as this process knows; a container seen for the first time is checked once
+        # (what a previous run wrote is cleared if its class is gone).
+        self._blockio_touched: set[str] = set()
         self._rdt_touched: set[str] = set()
+        self._seen: set[str] = set()
         self._warned: set[str] = set()  # one warning per missing thing / unknown class per container
         self._assignments: dict[tuple[str, str], int] = {}
         self._unknown = 0
@@ -190,6 +194,7 @@ class ClassControl:
         self._where.pop(container_id, None)
         self._blockio_touched.discard(container_id)
         self._rdt_touched.discard(container_id)
+        self._seen.discard(container_id)
 
     async def _locate(self, c: ContainerRecord) -> cgroups.Where | None:
         known = self._where.get(c.id)
@@ -230,6 +235,12 @@ class ClassControl:
                 self._assignments[(kind, name)] = self._assignments.get((kind, name), 0) + 1
                 log.info("%s: %s class %s (%s)", w, kind, name, "annotation" if chosen[i].source == "annotation"
                          else f"default of QoS class {w.qos.value}")
+        first = c.id not in self._seen
+        self._seen.add(c.id)
+        if first and p.config.blockio.classes:
+            self._blockio_touched.add(c.id)  # a previous run may have written rules: read and clear them
+        if first and p.config.rdt.partitions:
+            self._rdt_touched.add(c.id)
         self._enforce_blockio(c, where, chosen[0].name, p)
         self._enforce_rdt(c, where, chosen[1].name, p)
 
@@ -264,7 +275,10 @@ class ClassControl:
             return
         tids = cgroups.threads(self._files, self._mode, where)
         try:
-            self._rdt.move(group, tids, str(c.workload))
+            if group is None:
+                self._rdt.release(tids, str(c.workload))
+            else:
+                self._rdt.move(group, tids, str(c.workload))
         except OSError as e:
             self._failures["rdt"] += 1
             log.error("%s: moving its tasks to RDT class %s failed: %s", c.workload, group or "(root)", e)

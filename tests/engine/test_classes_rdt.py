@@ -274,3 +274,19 @@ def test_a_machine_without_blkio_one_warning(node_factory, caplog):
     assert lines == [f"block I/O classes are chosen but not enforced: no blkio (cgroup v1) or io (cgroup v2) "
                      f"controller under {n.root}/sys/fs/cgroup"]
     assert {c.pod: c.blockio_class for c in n.ctl.state().containers} == {"a": "w"}
+
+
+def test_a_class_change_moves_the_tasks_and_no_class_gives_them_back(node_factory):
+    n = node_factory(RDT)
+    be = n.kubelet.start_pod(pod("be")).container_ids["c"]
+    other = 4242  # a thread in the root group that is none of ours: never written anywhere
+    root_tasks = n.root / "sys/fs/resctrl/tasks"
+    root_tasks.write_text(root_tasks.read_text() + f"{other}\n")
+    assert n.tasks("besteffort") == set(n.threads[be])
+    n.apply(RDT.replace("QosClasses: {BestEffort: besteffort}", "QosClasses: {BestEffort: guaranteed}"))
+    assert (n.tasks("besteffort"), n.tasks("guaranteed")) == (set(), set(n.threads[be]))
+    n.apply(RDT.replace("  QosClasses: {BestEffort: besteffort}\n", ""))
+    assert n.tasks("guaranteed") == set()
+    assert set(n.threads[be]) | {other} <= {int(t) for t in root_tasks.read_text().split()}
+    assert not [w for w in n.files.writes if w[1].strip() == str(other)]
+    assert {c.pod: c.rdt_class for c in n.ctl.state().containers}["be"] is None
