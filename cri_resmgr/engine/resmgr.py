@@ -26,7 +26,7 @@ from cri_resmgr.engine import adopt, classify, describe, exits, messages, realcp
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.enforce import Enforcer
-from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
 from cri_resmgr.policy.api import Assignment, Policy, Resources, Workload
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
@@ -503,7 +503,8 @@ class ResourceManager:
         unknown = [c for c in listed.containers if c.state != EXITED and c.id not in known
                    and self._cache.by_id(c.id) is None
                    and f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}" not in keys]
-        gone = known - present
+        # From a partial listing (an NRI plugin not yet synchronized) absence says nothing.
+        gone = known - present if listing_complete(upstream) else set()
         if exited:
             await self._released_on_exit(exited)
         new = await adopt.unknown_containers(upstream, self._cache, unknown, self._options.reserved_namespaces) \
