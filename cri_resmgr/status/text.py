@@ -41,8 +41,9 @@ def render(view: View, colour: bool = False) -> str:
 
 
 def _table(rows: Sequence[Row], colour: bool) -> list[str]:
-    cells: list[tuple[str, ...]] = [tuple(HEADERS)] + [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool,
-                                                 r.exclusive, r.shared, r.mems, r.id) for r in rows]
+    cells: list[tuple[str, ...]] = [HEADERS]
+    cells += [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive, r.shared, r.mems, r.id)
+              for r in rows]
     if any(r.blockio != "-" or r.rdt != "-" for r in rows):  # block I/O and RDT classes, when any is given
         cells = [(*cells[0][:-1], *CLASS_HEADERS, cells[0][-1])] + \
             [(*row[:-1], r.blockio, r.rdt, row[-1]) for row, r in zip(cells[1:], rows, strict=True)]

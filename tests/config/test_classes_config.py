@@ -92,3 +92,18 @@ def test_errors_are_one_line_naming_the_key(text, message):
     with pytest.raises(ConfigError) as e:
         parse_document(text, "f", NAMES)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_errors_are_bounded():
+    huge = "x" * 1_000_000
+    for doc in ({"blockio": {"Classes": {huge: [{"Weight": 100}]}}}, {"blockio": {huge: 1}},
+                {"rdt": {"Partitions": {"p": {"L3Allocation": huge}}}},
+                {"blockio": {"Classes": {"a": [{"Devices": ["/dev/vda"], "ThrottleReadBps": huge}]}}}):
+        with pytest.raises(ConfigError) as e:
+            parse_document(yaml.safe_dump(doc, width=10**7), "f", NAMES)
+        assert len(str(e.value)) < 300 and "characters)" in str(e.value), str(e.value)[:300]
+
+
+def test_cache_id_ranges_are_bounded():
+    with pytest.raises(ConfigError, match=r"rdt\.Partitions\.p\.L3Allocation\.0-999999999: cache ids are 0 to 4095"):
+        parse_document("rdt: {Partitions: {p: {L3Allocation: {0-999999999: 50%}}}}", "f", NAMES)
