@@ -31,6 +31,7 @@ class Candidate:
     kinds: int = 0  # how many of the requested memory kinds the pool has
     free_milli: int = 0  # the pool's free shared milli-CPU after placement
     free_exclusive: int = 0  # CPUs still free for exclusive use in the pool after placement
+    load: int = 0  # containers with a shared part in the pool's subtree now
     isolated: bool = False  # its exclusive CPUs would be isolated ones (asked for only when preferred)
 
 
@@ -63,8 +64,14 @@ def tightest(c: Candidate) -> float:
 
 
 def balance(c: Candidate) -> float:
-    """The pool left with the most free capacity (shared, then exclusive CPUs)."""
+    """The pool left with the most free capacity (shared, then exclusive CPUs); reserved
+    CPUs count as taken (kube-system runs there)."""
     return c.free_milli + 1000.0 * c.free_exclusive
+
+
+def load(c: Candidate) -> float:
+    """When requests tie (BestEffort, 1m): the pool with the fewest containers."""
+    return -float(c.load)
 
 
 def position(c: Candidate) -> float:
@@ -79,6 +86,7 @@ CRITERIA: tuple[Criterion, ...] = (
     ("tightest", tightest),
     ("memory-fits", memory_fits),
     ("balance", balance),
+    ("load", load),
     ("position", position),
 )
 
