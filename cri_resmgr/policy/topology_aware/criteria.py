@@ -32,6 +32,7 @@ class Candidate:
     free_milli: int = 0  # the pool's free shared milli-CPU after placement
     free_exclusive: int = 0  # CPUs still free for exclusive use in the pool after placement
     load: int = 0  # containers with a shared part in the pool's subtree now
+    reserved: int = 0  # reserved CPUs in the pool
     isolated: bool = False  # its exclusive CPUs would be isolated ones (asked for only when preferred)
 
 
@@ -64,14 +65,18 @@ def tightest(c: Candidate) -> float:
 
 
 def balance(c: Candidate) -> float:
-    """The pool left with the most free capacity (shared, then exclusive CPUs); reserved
-    CPUs count as taken (kube-system runs there)."""
+    """The pool left with the most free capacity (shared, then exclusive CPUs)."""
     return c.free_milli + 1000.0 * c.free_exclusive
 
 
 def load(c: Candidate) -> float:
     """When requests tie (BestEffort, 1m): the pool with the fewest containers."""
     return -float(c.load)
+
+
+def unreserved(c: Candidate) -> float:
+    """Then the pool with fewer reserved CPUs: kube-system runs on them."""
+    return -float(c.reserved)
 
 
 def position(c: Candidate) -> float:
@@ -87,6 +92,7 @@ CRITERIA: tuple[Criterion, ...] = (
     ("memory-fits", memory_fits),
     ("balance", balance),
     ("load", load),
+    ("unreserved", unreserved),
     ("position", position),
 )
 

@@ -97,11 +97,10 @@ class Placer:
                    free_exclusive: int) -> Candidate:
         book = self.book
         free_memory = pool.memory_bytes(req.kinds) - book.memory[pool.name]
-        # Reserved CPUs run kube-system: a pool holding them is that much less free.
-        free_milli = book.free_milli(pool) - taken_milli - req.shared_milli - 1000 * len(pool.reserved)
         return Candidate(pool=pool, memory_fits=req.memory <= free_memory, affinity=affinity.get(pool.name, 0.0),
-                         kinds=len(available_kinds(pool, req.kinds)), free_milli=free_milli,
-                         free_exclusive=free_exclusive, load=book.parts[pool])
+                         kinds=len(available_kinds(pool, req.kinds)),
+                         free_milli=book.free_milli(pool) - taken_milli - req.shared_milli,
+                         free_exclusive=free_exclusive, load=book.parts[pool], reserved=len(pool.reserved))
 
     def anchor(self, pool: Pool | None, req: Request, cpus: CPUSet) -> Pool:
         """The pool whose memory a container gets before widening: the reserved CPUs' pool,
