@@ -12,12 +12,14 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload
+from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 
 log = logging.getLogger(__name__)
@@ -127,9 +129,9 @@ def qos_from_requirements(r: Requirements) -> QoS:
 
 def effective_annotation(pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
                          key: str, container: str) -> str | None:
-    """`K/container.C`, then `K/pod`, then `K`, under the cri-resource-manager namespace."""
-    base = ANNOTATION_PREFIX + key
-    for candidate in (f"{base}/container.{container}", f"{base}/pod", base):
+    """`K/container.C`, then `K/pod`, then `K`, under the cri-resource-manager namespace, in
+    both of the references' forms (policy.api.annotation_keys)."""
+    for candidate in annotation_keys(ANNOTATION_PREFIX + key, container):
         for source in (container_annotations, pod_annotations):
             if candidate in source:
                 return source[candidate]
@@ -143,6 +145,29 @@ def parse_bool(value: str) -> bool:
     if v in ("false", "no", "0", "off"):
         return False
     raise ValueError(f"not a boolean: {value!r}")
+
+
+def parse_bool_for(value: str, container: str) -> bool | None:
+    """A boolean annotation's value, or CRI Resource Manager's per-container object
+    `{"c1": true, "c2": false}` (JSON or YAML; 0 or a negative number means true, as
+    there): the container's entry, None when the object does not name it."""
+    text = value.strip()
+    if not text.startswith("{"):
+        return parse_bool(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ValueError(f"not a boolean nor an object of container names: {value!r}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"not a boolean nor an object of container names: {value!r}")
+    entry = data.get(container)
+    if entry is None:
+        return None
+    if isinstance(entry, bool):
+        return entry
+    if isinstance(entry, int):
+        return entry <= 0
+    return parse_bool(str(entry))
 
 
 def in_namespaces(namespace: str, patterns: tuple[str, ...]) -> bool:
@@ -170,13 +195,17 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
     if qos is None:
         own = qos_from_requirements(reqs)
         qos = qos_from_requirements(pod_resources) if own is QoS.BESTEFFORT and pod_resources is not None else own
+    if qos is QoS.GUARANTEED and reqs.source == "cri" and not reqs.memory_request and reqs.memory_limit:
+        # Guaranteed means requests equal limits: the memory request the CRI does not carry is
+        # the limit it does, so memory pinning and widening need no webhook for these.
+        reqs = replace(reqs, memory_request=reqs.memory_limit)
     prefs: dict[str, bool | None] = {}
     for key_name in BOOLEAN_KEYS:
         raw = effective_annotation(pod_annotations, container_annotations, key_name, container)
         prefs[key_name] = None
         if raw is not None:
             try:
-                prefs[key_name] = parse_bool(raw)
+                prefs[key_name] = parse_bool_for(raw, container)
             except ValueError as e:
                 log.warning("%s: ignoring annotation %s%s: %s", where, ANNOTATION_PREFIX, key_name, e)
     return Workload(

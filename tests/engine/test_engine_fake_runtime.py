@@ -32,7 +32,9 @@ STATIC = "policy: {Active: static, ReservedResources: {CPU: 2}}\n"
 
 
 class Engine:
-    def __init__(self, shape: dict, config: str, registry: Registry | None = None, create_delay: float = 0.0):
+    def __init__(self, shape: dict, config: str, registry: Registry | None = None, create_delay: float = 0.0,
+                 cgroups=None):
+        self.cgroups = cgroups  # the controller's real-cpuset reader (None: the default)
         self.dir = Path(tempfile.mkdtemp(prefix="crirm-eng-", dir="/tmp"))
         sysfs.generate(self.dir / "host", **shape)
         self.loop = LoopThread()
@@ -50,7 +52,8 @@ class Engine:
             up = Upstream(self.fake.socket_path)
             relay = GrpcRelay(self.relay_sock, up, up, MethodTable())
             ctl = Controller(settings, self.registry, relay, up,
-                             lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact))
+                             lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact),
+                             cgroups=self.cgroups)
             await ctl.apply(parse_document(config, "test config", self.registry.names()))
             await relay.start()
             return relay, ctl

@@ -23,6 +23,7 @@ from cri_resmgr.policy.topology_aware.options import NAME, parse_options
 from cri_resmgr.policy.topology_aware.placement import Placer
 from cri_resmgr.policy.topology_aware.pooltree import PoolTree, build_tree
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
+from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -48,11 +49,12 @@ class TopologyAwarePolicy:
                 f"reserved {reserved or 'none'}, isolated {self._tree.root.isolated or 'none'}")
         self._clock = clock
         self._allocator = CPUAllocator(context.topology)
+        self._cores = _cores(context.topology, self._tree.root.cpus)
         self._reset()
 
     def _reset(self) -> None:
         opts = self._options
-        self._book = Book(self._tree, self._reserved, opts.pin_cpu, opts.pin_memory)
+        self._book = Book(self._tree, self._reserved, opts.pin_cpu, opts.pin_memory, self._cores)
         self._placer = Placer(self._book, self._allocator, self._clock)
         self._affinity_index = AffinityIndex()
         self._by_pod: dict[tuple[str, str], dict[str, None]] = {}
@@ -77,7 +79,7 @@ class TopologyAwarePolicy:
         return self._reserved
 
     def request(self, w: Workload) -> Request:
-        return request_of(w, self._options, bool(self._reserved))
+        return request_of(w, self._options, len(self._reserved))
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -234,6 +236,17 @@ class TopologyAwarePolicy:
             return
         _unindex(self._by_pod, (w.namespace, w.pod), m.key)
         _unindex(self._by_ns, w.namespace, m.key)
+
+
+def _cores(topology: Topology, cpus: CPUSet) -> dict[int, CPUSet]:
+    """CPU -> its core's CPUs, for cores with more than one thread."""
+    out: dict[int, CPUSet] = {}
+    for cpu in cpus:
+        if cpu not in out:
+            core = topology.siblings(cpu)
+            if len(core) > 1:
+                out.update(dict.fromkeys(core, core))
+    return out
 
 
 def _unindex(index: dict[K, dict[str, None]], k: K, key: str) -> None:
