@@ -35,6 +35,8 @@ from cri_resmgr.engine.runtime import RuntimeCalls
 log = logging.getLogger(__name__)
 
 V1 = "/runtime.v1.RuntimeService/"
+# A StartContainer's reply waits for the class rules: never longer than this on the runtime.
+LOCATE_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -210,9 +212,9 @@ class ClassControl:
         try:
             status = await self._runtime.call(V1 + "ContainerStatus",
                                               pb.ContainerStatusRequest(container_id=c.id, verbose=True),
-                                              pb.ContainerStatusResponse)
+                                              pb.ContainerStatusResponse, LOCATE_TIMEOUT)
         except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.NOT_FOUND:
+            if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
                 log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
             return None
         where = where_from_info(dict(status.info))
