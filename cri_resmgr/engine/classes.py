@@ -35,6 +35,8 @@ from cri_resmgr.engine.runtime import RuntimeCalls
 log = logging.getLogger(__name__)
 
 V1 = "/runtime.v1.RuntimeService/"
+# A StartContainer's reply waits for the class rules: never longer than this on the runtime.
+LOCATE_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,17 @@ class ClassControl:
         self._assignments: dict[tuple[str, str], int] = {}
         self._unknown = 0
         self._failures = {k: 0 for k in KINDS}
+        self._stats = ClassStats()
 
     # -- what others read ------------------------------------------------------------
 
     def stats(self) -> ClassStats:
-        return ClassStats(assignments=dict(self._assignments), unknown=self._unknown, failures=dict(self._failures))
+        """Safe from another thread (metrics): a snapshot replaced, never changed, on the loop."""
+        return self._stats
+
+    def _counted(self) -> None:
+        self._stats = ClassStats(assignments=dict(self._assignments), unknown=self._unknown,
+                                 failures=dict(self._failures))
 
     def of(self, key: str) -> tuple[str | None, str | None]:
         """The (blockio, rdt) classes given to a container, by its key (for /state)."""
@@ -146,6 +154,7 @@ class ClassControl:
             done = self._rdt.apply(plan.schemata if plan is not None else {})
         except OSError as e:
             self._failures["rdt"] += 1
+            self._counted()
             log.error("rdt: configuring the resctrl groups failed: %s", e)
             return
         if done:
@@ -203,9 +212,9 @@ class ClassControl:
         try:
             status = await self._runtime.call(V1 + "ContainerStatus",
                                               pb.ContainerStatusRequest(container_id=c.id, verbose=True),
-                                              pb.ContainerStatusResponse)
+                                              pb.ContainerStatusResponse, LOCATE_TIMEOUT)
         except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.NOT_FOUND:
+            if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
                 log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
             return None
         where = where_from_info(dict(status.info))
@@ -227,12 +236,14 @@ class ClassControl:
                     f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
                     f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
                 self._unknown += 1
+                self._counted()
         before = self._chosen.get(c.key)
         self._chosen[c.key] = (chosen[0], chosen[1])
         for i, kind in enumerate(KINDS):
             name = chosen[i].name
             if name is not None and (before is None or before[i].name != name):
                 self._assignments[(kind, name)] = self._assignments.get((kind, name), 0) + 1
+                self._counted()
                 log.info("%s: %s class %s (%s)", w, kind, name, "annotation" if chosen[i].source == "annotation"
                          else f"default of QoS class {w.qos.value}")
         first = c.id not in self._seen
@@ -258,6 +269,7 @@ class ClassControl:
             self._blkio.write(d, p.blockio.get(name, blockio.NONE) if name else blockio.NONE, str(c.workload))
         except OSError as e:
             self._failures["blockio"] += 1
+            self._counted()
             log.error("%s: writing block I/O class %s into %s failed: %s", c.workload, name or "(none)",
                       self._files.show(d), e)
             return
@@ -281,6 +293,7 @@ class ClassControl:
                 self._rdt.move(group, tids, str(c.workload))
         except OSError as e:
             self._failures["rdt"] += 1
+            self._counted()
             log.error("%s: moving its tasks to RDT class %s failed: %s", c.workload, group or "(root)", e)
             return
         if group is None:

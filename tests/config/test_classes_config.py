@@ -107,3 +107,11 @@ def test_errors_are_bounded():
 def test_cache_id_ranges_are_bounded():
     with pytest.raises(ConfigError, match=r"rdt\.Partitions\.p\.L3Allocation\.0-999999999: cache ids are 0 to 4095"):
         parse_document("rdt: {Partitions: {p: {L3Allocation: {0-999999999: 50%}}}}", "f", NAMES)
+
+
+def test_the_sample_configmaps_modules_parse():
+    from pathlib import Path
+    for doc in yaml.safe_load_all((Path(__file__).parents[2] / "agent/deploy/sample-configmaps.yaml").read_text()):
+        c = parse_modules(doc["data"], doc["metadata"]["name"], ["none", "static", "static-plus"])
+        if "blockio" in doc["data"]:
+            assert c.blockio.classes["slowwriter"][0].throttle_write_bps == 50_000_000

@@ -290,3 +290,16 @@ def test_a_class_change_moves_the_tasks_and_no_class_gives_them_back(node_factor
     assert set(n.threads[be]) | {other} <= {int(t) for t in root_tasks.read_text().split()}
     assert not [w for w in n.files.writes if w[1].strip() == str(other)]
     assert {c.pod: c.rdt_class for c in n.ctl.state().containers}["be"] is None
+
+
+def test_other_tools_groups_hold_closes_too(node_factory):
+    three = RDT.replace("  QosClasses", "        third: {}\n  QosClasses")
+    n = node_factory(RDT)
+    n.apply(three)  # 3 classes, 4 CLOSes: fits beside the root group
+    n.apply(RDT)
+    n.files.mkdir("sys/fs/resctrl/gold")  # a runtime's own group (goresctrl names it after its class)
+    with pytest.raises(ConfigError, match=r"rdt: 3 classes need 3 CLOSes besides the root group's; the hardware "
+                                          r"has 4 in all \(info/\*/num_closids\), 1 of them held by other tools' "
+                                          r"groups$"):
+        n.apply(three)
+    assert (n.root / "sys/fs/resctrl/gold").is_dir()  # never touched
