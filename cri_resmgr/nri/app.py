@@ -47,6 +47,7 @@ class NriSettings:
     socket: str = DEFAULT_NRI_SOCKET
     identity: Identity = Identity(DEFAULT_PLUGIN_NAME, DEFAULT_PLUGIN_INDEX)
     handed_fd: int | None = None  # NRI_PLUGIN_SOCKET: a connection the runtime made for us
+    runtime_classes: bool = False  # -nri-runtime-classes: blockio_class/rdt_class in the adjustment
 
 
 def _on_sighup(controller: Controller) -> None:
@@ -206,6 +207,8 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
     controller: Controller
     hooks = Hooks(runtime, lambda: controller.flush())
     controller = Controller(settings.engine(), registry, hooks, runtime, make_dumper, set_debug)
+    if nri.runtime_classes:
+        hooks.classes_of = controller.container_classes
     failure: list[str] = []
 
     def failed(why: str) -> None:
