@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|resize ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -16,6 +16,8 @@ Sections:
            (tests.bench.topology_aware)
   nri      the NRI plugin process's CreateContainer hook latency with 1000
            containers; p99 target 5 ms (tests.bench.nri)
+  resize   in-place resize decisions of every policy, 512 CPUs / 1000 containers;
+           p99 target 2 ms (tests.bench.resize)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -42,6 +44,7 @@ from tests.bench import balloons as bench_balloons
 from tests.bench import nri as bench_nri
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
+from tests.bench import resize as bench_resize
 from tests.bench import topology_aware as bench_topology_aware
 from tests.bench.relay import format_table
 
@@ -121,6 +124,7 @@ SECTIONS: dict[str, Section] = {
     "topology-aware": Section("topology-aware", lambda log: bench_topology_aware.run(),
                               bench_topology_aware.format_result),
     "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
+    "resize": Section("resize", lambda log: bench_resize.run(), bench_resize.format_result),
 }
 
 

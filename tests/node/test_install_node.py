@@ -99,13 +99,24 @@ def test_install_upgrade_uninstall(root, wheel):
     # An upgrade that adds the agent: a new venv, the old one kept for the running relay.
     fallback.write_text(fallback.read_text() + "# the operator's note\n")
     first_venv = os.readlink(root / "opt/cri-resmgr/current")
-    run(root, "--agent", "--webhook", "--from", str(wheel))
+    run(root, "--agent", "--webhook", "--nri", "--from", str(wheel))
     assert os.readlink(root / "opt/cri-resmgr/current") != first_venv
     assert (root / "opt/cri-resmgr" / first_venv).is_dir()
     assert venv_has(root, "kubernetes") and not venv_has(root, "grpc_tools")
-    for command in ("cri-resmgr-agent", "cri-resmgr-webhook"):
+    for command in ("cri-resmgr-agent", "cri-resmgr-webhook", "cri-resmgr-nri"):
         shown = subprocess.run([str(bin_dir / command), "-version"], capture_output=True, text=True, timeout=60)
         assert shown.stdout == f"{command} {__version__}\n", shown.stderr
+    # --nri: the plugin's unit and defaults, naming what is there (issue 23: ExecStart failed before).
+    nri_unit = (root / "etc/systemd/system/cri-resmgr-nri.service").read_text()
+    assert "ExecStart=/usr/local/bin/cri-resmgr-nri -fallback-config /etc/cri-resmgr/fallback.yaml" in nri_unit
+    assert "EnvironmentFile=-/etc/default/cri-resmgr-nri" in nri_unit
+    nri_defaults = root / "etc/default/cri-resmgr-nri"
+    assert nri_defaults.read_text() == (REPO / "scripts/node/cri-resmgr-nri.default").read_text()
+    options = next(line.split("=", 1)[1].strip('"') for line in nri_defaults.read_text().splitlines()
+                   if line.startswith("CRI_RESMGR_NRI_OPTIONS="))
+    checked = subprocess.run([str(bin_dir / "cri-resmgr-nri"), "-fallback-config", str(fallback), *options.split(),
+                              "-print-config"], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
     assert fallback.read_text().endswith("# the operator's note\n")
 
     # Uninstall: everything install added goes, but a configuration the operator changed stays.
