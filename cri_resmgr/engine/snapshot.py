@@ -76,6 +76,21 @@ class TopologySummary:
 
 
 @dataclass(frozen=True)
+class ReloadStats:
+    """The last configuration applied or refused (at start-up, a push of the agent, SIGHUP)."""
+
+    ok: bool | None = None  # None: none tried yet
+    at: float = 0.0  # when (Unix time)
+    source: str = ""  # where it came from
+    error: str = ""  # why it was refused; what was in force stays
+    last_success_at: float = 0.0  # the last one that went into force (0: none yet)
+
+    def to_document(self) -> dict[str, object]:
+        return {"ok": self.ok, "at": self.at, "source": self.source, "error": self.error or None,
+                "last_success_at": self.last_success_at or None}
+
+
+@dataclass(frozen=True)
 class EngineState:
     policy: str
     dry_run: bool
@@ -85,12 +100,14 @@ class EngineState:
     containers: tuple[ContainerState, ...]
     # Every pool as the policy reports it (kind, parent, members...: balloons, a pool tree).
     pool_usage: tuple[PoolUsage, ...] = ()
+    reload: ReloadStats = ReloadStats()
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
                                                    "document": self.config.to_document()}
         return {"format": FORMAT, "version": VERSION, "policy": self.policy, "dry_run": self.dry_run,
-                "config": config, "topology": None if self.topology is None else self.topology.to_document(),
+                "config": config, "reload": self.reload.to_document(),
+                "topology": None if self.topology is None else self.topology.to_document(),
                 "pools": {name: str(cpus) for name, cpus in self.pools},
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
                 "containers": [c.to_document() for c in self.containers]}
@@ -121,7 +138,8 @@ def summarise(topo: Topology) -> TopologySummary:
 
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool,
-         classes: Callable[[str], tuple[str | None, str | None]] | None = None) -> EngineState:
+         classes: Callable[[str], tuple[str | None, str | None]] | None = None,
+         reload: ReloadStats | None = None) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
     `classes`: a container's (blockio, rdt) classes by its key."""
     usage = policy.usage() if policy is not None else None
@@ -144,7 +162,7 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),
-                       pool_usage=usage.pools if usage is not None else ())
+                       pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats())
 
 
 def _known(value: int) -> int | None:
