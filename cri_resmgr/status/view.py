@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from cri_resmgr.topology.cpuset import CPUSet
@@ -131,7 +131,7 @@ def _reload(r: Mapping[str, Any] | None) -> str:
 
 
 def utc(when: float) -> str:
-    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _pool_table(table: Sequence[Mapping[str, Any]]) -> tuple[PoolRow, ...]:
