@@ -24,7 +24,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, realcpuset, snapshot
+from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
@@ -201,6 +201,19 @@ class Controller:
                              resmgr.cache if resmgr is not None else None, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
                              reload=self._reload)
+
+    async def current_state(self) -> snapshot.EngineState:
+        """`state()`, and under the none policy (no cache) the runtime's running containers
+        with their real cpusets, marked not managed (engine/unmanaged.py). On the event loop."""
+        state = self.state()
+        if self._resmgr is not None or self._runtime is None or self._config is None:
+            return state
+        try:
+            seen = await unmanaged.observe(self._runtime, self._cgroups)
+        except Exception as e:  # the runtime away: /state without them, /readyz says why
+            log.debug("cannot list the runtime's containers for /state: %s", _one_line(e))
+            return state
+        return replace(state, containers=seen)
 
     def container_classes(self, container_id: str) -> tuple[str | None, str | None]:
         """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""

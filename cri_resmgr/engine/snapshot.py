@@ -45,6 +45,7 @@ class ContainerState:
     mems: str | None
     blockio_class: str | None = None
     rdt_class: str | None = None
+    managed: bool = True  # False: seen running under the none policy, which decides nothing
 
     def to_document(self) -> dict[str, Any]:
         return {"id": self.id, "namespace": self.namespace, "pod": self.pod, "name": self.name,
@@ -53,7 +54,7 @@ class ContainerState:
                 "limits": {"cpu_milli": self.cpu_limit, "memory_bytes": self.memory_limit},
                 "pool": self.pool, "exclusive_cpus": str(self.exclusive), "shared_cpus": str(self.shared),
                 "cpus": str(self.exclusive | self.shared), "mems": self.mems,
-                "blockio_class": self.blockio_class, "rdt_class": self.rdt_class}
+                "blockio_class": self.blockio_class, "rdt_class": self.rdt_class, "managed": self.managed}
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ MARKED_POOLS = ("shared", "reserved", "isolated")
 # Not a pool a CPU belongs to: every exclusive CPU, whatever its pool (pool_cpus()).
 NOT_MARKING = frozenset({"exclusive"})
 IDLE = "idle"
+NOT_MANAGED = "not managed"  # a container seen running under the none policy
 OFFLINE = "offline"
 
 
@@ -172,8 +173,9 @@ def _short_names(containers: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _row(c: Mapping[str, Any], short: str) -> Row:
-    return Row(short=short, namespace=c["namespace"], pod=c["pod"], name=c["name"], qos=c["qos"],
-               cpu_request=_milli(c["requests"]["cpu_milli"]), pool=c["pool"] or "-",
+    return Row(short=short, namespace=c["namespace"], pod=c["pod"], name=c["name"], qos=c["qos"] or "-",
+               cpu_request=_milli(c["requests"]["cpu_milli"]),
+               pool=c["pool"] or (NOT_MANAGED if c.get("managed") is False else "-"),
                exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
                id=(c["id"] or "creating")[:12], blockio=c.get("blockio_class") or "-",
                rdt=c.get("rdt_class") or "-")
