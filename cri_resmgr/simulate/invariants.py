@@ -67,6 +67,7 @@ class Checker:
     _local: dict[int, frozenset[int]] = field(default_factory=dict)  # CPU node -> its memory nodes
     _dram: frozenset[int] = frozenset()  # nodes holding ordinary memory
     _area: dict[int, CPUSet] = field(default_factory=dict)  # CPU -> its node's CPUs in its L3 group
+    _far: dict[tuple[CPUSet, str], str | None] = field(default_factory=dict)  # memo of _far_memory
 
     def __post_init__(self) -> None:
         self._local = memory_nodes(self.topology)
@@ -277,6 +278,15 @@ class Checker:
         """Memory on the CPUs' nodes: each of their nodes' local memory is allowed."""
         if not mems or not self._local:
             return None
+        key = (cpus, mems)
+        if key in self._far:
+            return self._far[key]
+        if len(self._far) > 4096:  # bounded: a churn makes ever new cpusets
+            self._far.clear()
+        problem = self._far[key] = self._far_problem(cpus, mems)
+        return problem
+
+    def _far_problem(self, cpus: CPUSet, mems: str) -> str | None:
         nodes = CPUSet.parse(mems).as_frozenset()
         if nodes.isdisjoint(self._dram):
             return None  # only far memory or HBM, asked for
