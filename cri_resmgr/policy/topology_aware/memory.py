@@ -38,7 +38,7 @@ def parse_memory_type(value: str | None) -> tuple[str, ...]:
     """The kinds named by a memory-type annotation, in KINDS order; None: the default."""
     if value is None:
         return DEFAULT_KINDS
-    kinds = set()
+    kinds: set[str] = set()
     for item in value.replace(" ", ",").split(","):
         item = item.strip().lower()
         if not item:
