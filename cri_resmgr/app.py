@@ -87,8 +87,9 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
         if failing:
             log.info("reconcile with the runtime works again")
         failing = False
-        if counts["gone"] or counts["adopted"]:
-            log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted", counts)
+        if counts["gone"] or counts["adopted"] or counts["resent"]:
+            log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted, "
+                     "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
 
 
 def _on_sighup(controller: Controller) -> None:

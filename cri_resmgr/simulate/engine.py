@@ -187,9 +187,9 @@ def _updates(events: list[Event], cache: Cache, policy: RecordingPolicy,
              told: dict[str, Resources]) -> dict[str, Resources]:
     """What the relay would send to containers other than the one decided on: as
     ResourceManager._sync, a live container whose resources differ from its last."""
-    created = {e.key for e in events if e.action == "allocate"}
+    created = {e.key for e in events if e.action in ("allocate", "resize")}
     for e in events:
-        if e.action == "allocate" and e.decision.resources is not None:
+        if e.action in ("allocate", "resize") and e.decision.resources is not None:
             told[e.key] = e.decision.resources
         elif e.action == "release":
             told.pop(e.key, None)

@@ -3,7 +3,8 @@ cold (cold-start), and which pool's nodes hold its memory (widened up the tree u
 its request fits).
 
     cri-resource-manager.intel.com/memory-type: dram,pmem    (dram, pmem, cxl, hbm; a list)
-    cri-resource-manager.intel.com/cold-start: 30s           (seconds, or 500ms, 2m, 1h)
+    cri-resource-manager.intel.com/cold-start: 30s           (seconds, or 500ms, 2m, 1h, 1m30s,
+                                                              or `duration: 30s` as CRI-RM)
 
 Without memory-type a container gets DRAM. cxl names the same nodes as pmem: the
 hardware model cannot tell far memory apart (topology/memkind.py).
@@ -14,6 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import yaml
+
 from cri_resmgr.policy.topology_aware.pooltree import KINDS, Pool
 
 __all__ = ["AnnotationError", "parse_memory_type", "parse_duration", "memory_pool", "available_kinds", "DEFAULT_KINDS"]
@@ -21,7 +24,9 @@ __all__ = ["AnnotationError", "parse_memory_type", "parse_duration", "memory_poo
 DEFAULT_KINDS: tuple[str, ...] = ("dram",)
 _ALIASES = {"dram": "dram", "pmem": "pmem", "cxl": "pmem", "hbm": "hbm"}
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|)\s*$")
+_BARE = re.compile(r"^\d+(?:\.\d+)?$")  # seconds
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_COMPOUND = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")  # Go's time.ParseDuration, as the references
 
 
 class AnnotationError(ValueError):
@@ -46,16 +51,41 @@ def parse_memory_type(value: str | None) -> tuple[str, ...]:
 
 
 def parse_duration(value: str | None, what: str = "cold-start") -> float | None:
-    """Seconds from '30', '30s', '500ms', '2m', '1h'; None when not given."""
+    """Seconds from '30', '30s', '500ms', '2m', '1h', Go's compound '1m30s', or CRI Resource
+    Manager's form, a YAML mapping `duration: 10s`; None when not given."""
     if value is None:
         return None
-    m = _DURATION.match(value)
-    if m is None:
-        raise AnnotationError(f"{what}: expected a duration such as 30s, 500ms or 2m, got {value!r}")
-    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    text = value.strip()
+    if ":" in text:
+        text = _duration_field(text, what, value)
+    text = text.replace(" ", "")
+    if _BARE.match(text):
+        seconds = float(text)
+    elif _COMPOUND.match(text):
+        seconds = sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(text))
+    else:
+        raise AnnotationError(f"{what}: expected a duration such as 30s, 500ms, 1m30s or 'duration: 10s', "
+                              f"got {_shown(value)}")
     if seconds <= 0:
-        raise AnnotationError(f"{what}: the duration must be positive, got {value!r}")
+        raise AnnotationError(f"{what}: the duration must be positive, got {_shown(value)}")
     return seconds
+
+
+def _duration_field(text: str, what: str, value: str) -> str:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if not isinstance(data, dict):
+        raise AnnotationError(f"{what}: expected a duration or 'duration: 10s', got {_shown(value)}")
+    fields = {str(k).lower(): v for k, v in data.items()}
+    if set(fields) != {"duration"}:
+        raise AnnotationError(f"{what}: expected only the field duration, got {_shown(', '.join(map(str, data)))}")
+    return str(fields["duration"]).strip()
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
 def available_kinds(pool: Pool, kinds: tuple[str, ...]) -> tuple[str, ...]:
@@ -63,12 +93,17 @@ def available_kinds(pool: Pool, kinds: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(k for k in kinds if pool.memory.get(k))
 
 
-def memory_pool(pool: Pool, kinds: tuple[str, ...], request: int, used: Mapping[str, int]) -> Pool:
+def memory_pool(pool: Pool, kinds: tuple[str, ...], request: int, used: Mapping[str, int],
+                limit: int | None = 0) -> Pool:
     """The pool whose memory a container placed in `pool` gets: the pool itself when its
-    free memory of those kinds holds the request, else the nearest ancestor where it does
+    free memory of those kinds holds the request (and its memory the `limit`, a Burstable
+    container's; None: unlimited, the root's), else the nearest ancestor where it does
     (the root at worst). `used`: bytes already given out, by pool name, over the subtree."""
+    if limit is None:
+        return pool.lineage()[-1]
     for candidate in pool.lineage():
         if available_kinds(candidate, kinds) and \
-                candidate.memory_bytes(kinds) - used.get(candidate.name, 0) >= request:
+                candidate.memory_bytes(kinds) - used.get(candidate.name, 0) >= request and \
+                candidate.memory_bytes(kinds) >= limit:
             return candidate
     return pool.lineage()[-1]
