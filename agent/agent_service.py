@@ -11,6 +11,7 @@ from concurrent import futures
 import grpc
 from kubernetes.client.exceptions import ApiException
 
+from cri_resmgr import unixsocket
 from cri_resmgr._proto import agent_pb2, agent_pb2_grpc
 from cri_resmgr_agent.node_ops import NodeChange, NodeOpError, NodeOps, TaintSpec
 
@@ -77,22 +78,23 @@ class AgentServer:
         self._socket_mode = socket_mode
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-rpc"))
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(ops), self._server)
+        self._bound = False  # the socket is ours to remove only once we bound it
 
     def start(self) -> None:
-        directory = os.path.dirname(os.path.abspath(self.socket_path))
-        if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
-            os.chmod(directory, 0o711)
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)
+        # A live socket is another agent's: refused (SocketError), not taken over.
+        unixsocket.prepare(os.path.abspath(self.socket_path), "agent")
         if self._server.add_insecure_port(f"unix://{os.path.abspath(self.socket_path)}") == 0:
             raise OSError(f"cannot listen on agent socket {self.socket_path}")
+        self._bound = True
         self._server.start()
         os.chmod(self.socket_path, self._socket_mode)
         log.info("agent service listening on %s", self.socket_path)
 
     def stop(self, grace: float = 1.0) -> None:
         self._server.stop(grace).wait()
+        if not self._bound:  # refused at start: the socket there is another agent's
+            return
+        self._bound = False
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:

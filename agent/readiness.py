@@ -48,9 +48,10 @@ class HealthServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: forever if it never ran
+            self._server.shutdown()
+            self._thread.join()
         self._server.server_close()
-        self._thread.join()
 
 
 def _handler(readiness: Readiness) -> type[BaseHTTPRequestHandler]:
