@@ -14,6 +14,7 @@ from cri_resmgr.classes.rdtplan import CacheInfo, MbInfo, ResctrlInfo
 
 RESCTRL = "sys/fs/resctrl"
 PREFIX = "cri-resmgr."  # our groups: PREFIX + class name
+_NOT_GROUPS = ("info", "mon_groups", "mon_data")
 
 
 def group_dir(cls: str | None) -> str:
@@ -56,13 +57,18 @@ class ResctrlWriter:
             mb = MbInfo(min_bandwidth=int(self._value(f"{base}/min_bandwidth")),
                         bandwidth_gran=int(self._value(f"{base}/bandwidth_gran")),
                         num_closids=int(self._value(f"{base}/num_closids")), ids=ids.get("MB", (0,)), mbps=mbps)
-        return ResctrlInfo(l3=l3, mb=mb)
+        return ResctrlInfo(l3=l3, mb=mb, other_groups=len(self.other_groups()))
 
     def _value(self, rel: str) -> str:
         text = self._files.read(rel)
         if text is None or not text.strip():
             raise OSError(errno.ENOENT, f"{self._files.show(rel)} is missing or empty")
         return text.strip()
+
+    def other_groups(self) -> list[str]:
+        """Control groups that are not ours (another tool's, a runtime's)."""
+        return [n for n in self._files.listdir(RESCTRL) if not n.startswith(PREFIX) and n not in _NOT_GROUPS
+                and self._files.exists(f"{RESCTRL}/{n}/schemata")]
 
     def groups(self) -> list[str]:
         """The classes whose groups exist (ours only)."""
@@ -113,6 +119,15 @@ class ResctrlWriter:
         if moved:
             self._noted(f"rdt {who}: moved {moved} tasks to {self._files.show(path)}")
         return moved
+
+    def release(self, tids: Iterable[int], who: str = "") -> int:
+        """Moves those of `tids` that are in one of our groups back to the root group (a
+        container that lost its class); threads in other tools' groups stay there."""
+        ours = set()
+        wanted = set(tids)
+        for cls in self.groups():
+            ours |= self.tasks(cls) & wanted
+        return self.move(None, sorted(ours), who) if ours else 0
 
     def _noted(self, text: str) -> None:
         if self._note is not None:

@@ -42,6 +42,7 @@ class MbInfo:
 class ResctrlInfo:
     l3: CacheInfo | None
     mb: MbInfo | None
+    other_groups: int = 0  # control groups of other tools: each holds a CLOS too
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,10 @@ def plan(cfg: RdtConfig, info: ResctrlInfo) -> RdtPlan:
         notes.append("memory bandwidth allocation: not available here (optional): left out")
         use_mb = False
     closids = [r.num_closids for r, used in ((info.l3, use_l3), (info.mb, use_mb)) if r is not None and used]
-    if classes and closids and len(classes) > min(closids) - 1:
+    if classes and closids and len(classes) > min(closids) - 1 - info.other_groups:
+        others = f", {info.other_groups} of them held by other tools' groups" if info.other_groups else ""
         raise ClassConfigError(f"rdt: {len(classes)} classes need {len(classes)} CLOSes besides the root "
-                               f"group's; the hardware has {min(closids)} in all (info/*/num_closids)")
+                               f"group's; the hardware has {min(closids)} in all (info/*/num_closids){others}")
     l3 = _l3_masks(cfg, info.l3) if use_l3 and info.l3 is not None else {}
     out: dict[str, str] = {}
     for p in cfg.partitions:

@@ -34,6 +34,7 @@ from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.quantity import parse_bytes
 
 QOS_NAMES = ("Guaranteed", "Burstable", "BestEffort")
+MAX_CACHE_ID = 4095  # resctrl domain ids are small (one per cache instance)
 WEIGHT_RANGE = (10, 1000)  # blkio.bfq.weight / io.weight accept 1..1000; CFQ took 10..1000
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PCT = re.compile(r"(\d{1,3})%")
@@ -158,7 +159,7 @@ def parse_blockio(d: Mapping[str, Any]) -> BlockioConfig:
     raw = _mapping(d.get("Classes"), "blockio.Classes")
     classes: dict[str, tuple[BlockioRule, ...]] = {}
     for name, rules in raw.items():
-        where = f"blockio.Classes.{name}"
+        where = f"blockio.Classes.{_short(str(name))}"
         _name(name, where)
         if isinstance(rules, dict):  # one rule, written without the list
             rules = [rules]
@@ -186,15 +187,15 @@ def _rule(r: Any, where: str) -> BlockioRule:
         try:
             n = parse_bytes(value)
         except ValueError as e:
-            raise ClassConfigError(f"{where}.{key}: {e}") from None
+            raise ClassConfigError(f"{where}.{key}: {_short(str(e))}") from None
         if n <= 0:
-            raise ClassConfigError(f"{where}.{key}: expected a positive quantity (1M, 512Ki), got {value!r}")
+            raise ClassConfigError(f"{where}.{key}: expected a positive quantity (1M, 512Ki), got {_show(value)}")
         values[key] = n
     weight = r.get("Weight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int)
                                or not WEIGHT_RANGE[0] <= weight <= WEIGHT_RANGE[1]):
         raise ClassConfigError(f"{where}.Weight: expected a number from {WEIGHT_RANGE[0]} to "
-                               f"{WEIGHT_RANGE[1]}, got {weight!r}")
+                               f"{WEIGHT_RANGE[1]}, got {_show(weight)}")
     if not devices and any(v is not None for v in values.values()):
         raise ClassConfigError(f"{where}: throttling needs Devices (which disks to throttle)")
     if weight is None and not any(v is not None for v in values.values()):
@@ -227,18 +228,18 @@ def parse_rdt(d: Mapping[str, Any]) -> RdtConfig:
         _keys(o, ("Optional",), f"rdt.Options.{kind}.")
         value = o.get("Optional", False)
         if not isinstance(value, bool):
-            raise ClassConfigError(f"rdt.Options.{kind}.Optional: expected true or false, got {value!r}")
+            raise ClassConfigError(f"rdt.Options.{kind}.Optional: expected true or false, got {_show(value)}")
         optional[kind] = value
     partitions = []
     seen: dict[str, str] = {}
     for pname, p in _mapping(d.get("Partitions"), "rdt.Partitions").items():
-        where = f"rdt.Partitions.{pname}"
+        where = f"rdt.Partitions.{_short(str(pname))}"
         _name(pname, where)
         p = _mapping(p, where)
         _keys(p, ("L3Allocation", "MBAllocation", "Classes"), where + ".")
         classes = []
         for cname, c in _mapping(p.get("Classes"), where + ".Classes").items():
-            cwhere = f"{where}.Classes.{cname}"
+            cwhere = f"{where}.Classes.{_short(str(cname))}"
             _name(cname, cwhere)
             if cname in seen:
                 raise ClassConfigError(f"{cwhere}: class {cname} is also in partition {seen[cname]} "
@@ -273,7 +274,7 @@ def _l3(value: Any, where: str) -> L3Allocation | None:
     default = None
     by_id: dict[int, CacheAllocation] = {}
     for key, text in value.items():
-        k = str(key)
+        k = _short(str(key))
         if not isinstance(text, str):
             raise ClassConfigError(f"{where}.{k}: expected a string, got {_kind(text)}")
         a = _cache_allocation(text, f"{where}.{k}")
@@ -284,6 +285,8 @@ def _l3(value: Any, where: str) -> L3Allocation | None:
             raise ClassConfigError(f"{where}.{k}: expected all or cache ids (0, 1-3, 0,2)")
         for part in k.split(","):
             lo, _, hi = part.partition("-")
+            if int(hi or lo) > MAX_CACHE_ID or int(hi or lo) < int(lo):
+                raise ClassConfigError(f"{where}.{k}: cache ids are 0 to {MAX_CACHE_ID}, ranges low-high")
             for i in range(int(lo), int(hi or lo) + 1):
                 by_id[i] = a
     return L3Allocation(default=default, by_id=by_id)
@@ -294,19 +297,19 @@ def _cache_allocation(text: str, where: str) -> CacheAllocation:
     if m := _PCT.fullmatch(t):
         pct = int(m.group(1))
         if not 0 < pct <= 100:
-            raise ClassConfigError(f"{where}: {text!r}: a percentage from 1% to 100%")
+            raise ClassConfigError(f"{where}: {_show(text)}: a percentage from 1% to 100%")
         return CacheAllocation(text=t, low_pct=0, high_pct=pct)
     if m := _PCT_RANGE.fullmatch(t):
         lo, hi = int(m.group(1)), int(m.group(2))
         if not 0 <= lo < hi <= 100:
-            raise ClassConfigError(f"{where}: {text!r}: a range A-B% with 0 <= A < B <= 100")
+            raise ClassConfigError(f"{where}: {_show(text)}: a range A-B% with 0 <= A < B <= 100")
         return CacheAllocation(text=t, low_pct=lo, high_pct=hi)
     if m := _MASK.fullmatch(t):
         mask = int(m.group(1), 16)
         if mask == 0 or not _contiguous(mask):
-            raise ClassConfigError(f"{where}: {text!r}: a cache bit mask is one block of ones (0xf0, not 0x101)")
+            raise ClassConfigError(f"{where}: {_show(text)}: a cache bit mask is one block of ones (0xf0, not 0x101)")
         return CacheAllocation(text=t, mask=mask)
-    raise ClassConfigError(f'{where}: {text!r}: expected "N%", "A-B%" or a bit mask "0x..."')
+    raise ClassConfigError(f'{where}: {_show(text)}: expected "N%", "A-B%" or a bit mask "0x..."')
 
 
 def _mb(value: Any, where: str) -> MBAllocation | None:
@@ -321,11 +324,11 @@ def _mb(value: Any, where: str) -> MBAllocation | None:
         if m := _PCT.fullmatch(t):
             pct = int(m.group(1))
             if not 0 < pct <= 100:
-                raise ClassConfigError(f"{where}: {x!r}: a percentage from 1% to 100%")
+                raise ClassConfigError(f"{where}: {_show(x)}: a percentage from 1% to 100%")
         elif m := _MBPS.fullmatch(t):
             mbps = int(m.group(1))
         else:
-            raise ClassConfigError(f'{where}: {x!r}: expected "N%" or "NMBps"')
+            raise ClassConfigError(f'{where}: {_show(x)}: expected "N%" or "NMBps"')
     return MBAllocation(percent=pct, mbps=mbps, texts=tuple(items))
 
 
@@ -348,7 +351,7 @@ def _qos(value: Any, module: str, known: Mapping[str, Any] | set[str]) -> dict[s
     out = {}
     for qos, cls in q.items():
         if not isinstance(cls, str) or cls not in known:
-            raise ClassConfigError(f"{where}.{qos}: unknown class {cls!r} (classes: "
+            raise ClassConfigError(f"{where}.{qos}: unknown class {_show(cls)} (classes: "
                                    f"{', '.join(sorted(known)) or 'none'})")
         out[str(qos)] = cls
     return out
@@ -365,13 +368,22 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for k in data:
         if k not in allowed:
-            raise ClassConfigError(f"{where}{k}: unknown key (known: {', '.join(allowed)})")
+            raise ClassConfigError(f"{where}{_short(str(k))}: unknown key (known: {', '.join(allowed)})")
 
 
 def _name(name: Any, where: str) -> None:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ClassConfigError(f"{where}: a name is 1-64 letters, digits, '_', '.', '-' (not starting with "
                                "one of the last three)")
+
+
+def _short(text: str, most: int = 64) -> str:
+    """User text in an error, bounded: a megabyte of key is not echoed."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
+
+
+def _show(value: Any) -> str:
+    return _short(repr(value))
 
 
 def _kind(value: Any) -> str:

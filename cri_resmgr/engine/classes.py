@@ -35,6 +35,8 @@ from cri_resmgr.engine.runtime import RuntimeCalls
 log = logging.getLogger(__name__)
 
 V1 = "/runtime.v1.RuntimeService/"
+# A StartContainer's reply waits for the class rules: never longer than this on the runtime.
+LOCATE_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -69,22 +71,48 @@ class ClassControl:
         self._prepared: Prepared | None = None
         self._where: dict[str, cgroups.Where] = {}  # container id -> where the runtime put it
         self._chosen: dict[str, tuple[Choice, Choice]] = {}  # container key -> (blockio, rdt)
-        self._blockio_touched: set[str] = set()  # container ids whose cgroup we wrote to
+        # Container ids whose cgroup holds our rules (whose tasks are in one of our groups)
+        # as far as this process knows; a container seen for the first time is checked once
+        # (what a previous run wrote is cleared if its class is gone).
+        self._blockio_touched: set[str] = set()
         self._rdt_touched: set[str] = set()
+        self._seen: set[str] = set()
         self._warned: set[str] = set()  # one warning per missing thing / unknown class per container
         self._assignments: dict[tuple[str, str], int] = {}
         self._unknown = 0
         self._failures = {k: 0 for k in KINDS}
+        self._stats = ClassStats()
 
     # -- what others read ------------------------------------------------------------
 
     def stats(self) -> ClassStats:
-        return ClassStats(assignments=dict(self._assignments), unknown=self._unknown, failures=dict(self._failures))
+        """Safe from another thread (metrics): a snapshot replaced, never changed, on the loop."""
+        return self._stats
+
+    def _counted(self) -> None:
+        self._stats = ClassStats(assignments=dict(self._assignments), unknown=self._unknown,
+                                 failures=dict(self._failures))
 
     def of(self, key: str) -> tuple[str | None, str | None]:
-        """The (blockio, rdt) classes of a container, by its key (for /state and NRI)."""
+        """The (blockio, rdt) classes given to a container, by its key (for /state)."""
         chosen = self._chosen.get(key)
         return (chosen[0].name, chosen[1].name) if chosen is not None else (None, None)
+
+    def choose(self, c: ContainerRecord) -> tuple[str | None, str | None]:
+        """The (blockio, rdt) classes `c` is to get, decided now (the NRI plugin names them
+        in a new container's adjustment, before it starts)."""
+        b, r = self._choices(c)
+        return b.name, r.name
+
+    def _choices(self, c: ContainerRecord) -> tuple[Choice, Choice]:
+        p = self._prepared
+        if p is None:
+            return Choice(None), Choice(None)
+        w = c.workload
+        return (choose(w.effective_annotation(annotation_key("blockio")), w.qos.value, p.config.blockio.classes,
+                       p.config.blockio.qos_classes),
+                choose(w.effective_annotation(annotation_key("rdt")), w.qos.value, p.config.rdt.classes,
+                       p.config.rdt.qos_classes))
 
     # -- configuration ---------------------------------------------------------------
 
@@ -126,6 +154,7 @@ class ClassControl:
             done = self._rdt.apply(plan.schemata if plan is not None else {})
         except OSError as e:
             self._failures["rdt"] += 1
+            self._counted()
             log.error("rdt: configuring the resctrl groups failed: %s", e)
             return
         if done:
@@ -174,6 +203,7 @@ class ClassControl:
         self._where.pop(container_id, None)
         self._blockio_touched.discard(container_id)
         self._rdt_touched.discard(container_id)
+        self._seen.discard(container_id)
 
     async def _locate(self, c: ContainerRecord) -> cgroups.Where | None:
         known = self._where.get(c.id)
@@ -182,9 +212,9 @@ class ClassControl:
         try:
             status = await self._runtime.call(V1 + "ContainerStatus",
                                               pb.ContainerStatusRequest(container_id=c.id, verbose=True),
-                                              pb.ContainerStatusResponse)
+                                              pb.ContainerStatusResponse, LOCATE_TIMEOUT)
         except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.NOT_FOUND:
+            if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
                 log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
             return None
         where = where_from_info(dict(status.info))
@@ -199,25 +229,29 @@ class ClassControl:
         p = self._prepared
         assert p is not None
         w = c.workload
-        chosen = []
-        for kind, known, qos_classes in (
-                ("blockio", p.config.blockio.classes, p.config.blockio.qos_classes),
-                ("rdt", p.config.rdt.classes, p.config.rdt.qos_classes)):
-            choice = choose(w.effective_annotation(annotation_key(kind)), w.qos.value, known, qos_classes)
+        chosen = self._choices(c)
+        for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
             if choice.unknown is not None and self._warn_once(
                     f"unknown:{c.key}:{kind}:{choice.unknown}",
                     f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
                     f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
                 self._unknown += 1
-            chosen.append(choice)
+                self._counted()
         before = self._chosen.get(c.key)
         self._chosen[c.key] = (chosen[0], chosen[1])
         for i, kind in enumerate(KINDS):
             name = chosen[i].name
             if name is not None and (before is None or before[i].name != name):
                 self._assignments[(kind, name)] = self._assignments.get((kind, name), 0) + 1
+                self._counted()
                 log.info("%s: %s class %s (%s)", w, kind, name, "annotation" if chosen[i].source == "annotation"
                          else f"default of QoS class {w.qos.value}")
+        first = c.id not in self._seen
+        self._seen.add(c.id)
+        if first and p.config.blockio.classes:
+            self._blockio_touched.add(c.id)  # a previous run may have written rules: read and clear them
+        if first and p.config.rdt.partitions:
+            self._rdt_touched.add(c.id)
         self._enforce_blockio(c, where, chosen[0].name, p)
         self._enforce_rdt(c, where, chosen[1].name, p)
 
@@ -235,6 +269,7 @@ class ClassControl:
             self._blkio.write(d, p.blockio.get(name, blockio.NONE) if name else blockio.NONE, str(c.workload))
         except OSError as e:
             self._failures["blockio"] += 1
+            self._counted()
             log.error("%s: writing block I/O class %s into %s failed: %s", c.workload, name or "(none)",
                       self._files.show(d), e)
             return
@@ -252,9 +287,13 @@ class ClassControl:
             return
         tids = cgroups.threads(self._files, self._mode, where)
         try:
-            self._rdt.move(group, tids, str(c.workload))
+            if group is None:
+                self._rdt.release(tids, str(c.workload))
+            else:
+                self._rdt.move(group, tids, str(c.workload))
         except OSError as e:
             self._failures["rdt"] += 1
+            self._counted()
             log.error("%s: moving its tasks to RDT class %s failed: %s", c.workload, group or "(root)", e)
             return
         if group is None:

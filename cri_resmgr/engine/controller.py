@@ -92,6 +92,8 @@ class EngineStats:
     reconcile: ReconcileStats = ReconcileStats()
     classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
     updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
+    resizes: int = 0  # in-place resizes the policy re-decided
+    resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
 
 
 
@@ -174,7 +176,8 @@ class Controller:
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
-                           updates_resent_after_start=u.resent_after_start, classes=self._classes.stats())
+                           updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
+                           resizes=m.resizes, resizes_refused=m.resizes_refused)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -199,7 +202,7 @@ class Controller:
         """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
         resmgr = self._resmgr
         c = resmgr.cache.by_id(container_id) if resmgr is not None else None
-        return self._classes.of(c.key) if c is not None else (None, None)
+        return self._classes.choose(c) if c is not None else (None, None)
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""
@@ -305,6 +308,9 @@ class Controller:
         self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
         classes = self._classes.prepare(config)  # RDT over-subscription is refused here
+        if info.factory is None and (config.blockio.classes or config.rdt.partitions):
+            log.warning("%s: block I/O and RDT classes are not enforced under the %s policy, which relays every "
+                        "call unchanged: choose a policy (policy.Active) to have them", config.source, info.name)
         key = _policy_key(info.name, config)
         policy = self._build_policy(info, config) if key != self._policy_key else None
         new_dumper = self._build_dumper(config)

@@ -47,6 +47,7 @@ class NriSettings:
     socket: str = DEFAULT_NRI_SOCKET
     identity: Identity = Identity(DEFAULT_PLUGIN_NAME, DEFAULT_PLUGIN_INDEX)
     handed_fd: int | None = None  # NRI_PLUGIN_SOCKET: a connection the runtime made for us
+    runtime_classes: bool = False  # -nri-runtime-classes: blockio_class/rdt_class in the adjustment
 
 
 def _on_sighup(controller: Controller) -> None:
@@ -181,7 +182,7 @@ async def run(settings: Settings, nri: NriSettings, registry: Registry,
     log.info("cri-resmgr %s starting as NRI plugin %s", __version__, nri.identity)
     try:
         lock = statelock.acquire(settings.state_dir, "cri-resmgr NRI plugin")
-    except (statelock.StateDirBusy, OSError) as e:
+    except statelock.StateDirError as e:
         log.error("%s", e)
         return 1
     try:
@@ -206,6 +207,8 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
     controller: Controller
     hooks = Hooks(runtime, lambda: controller.flush())
     controller = Controller(settings.engine(), registry, hooks, runtime, make_dumper, set_debug)
+    if nri.runtime_classes:
+        hooks.classes_of = controller.container_classes
     failure: list[str] = []
 
     def failed(why: str) -> None:
@@ -240,8 +243,13 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
         try:
             http = health.serve(settings.metrics_address, metrics.registry(controller, plugin),
                                 health.on_loop(controller, loop), endpoint.on_loop(controller, loop))
-        except OSError as e:
-            log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
+        except OSError as e:  # another process's port would answer -probe and status for us: refuse
+            log.error("cannot serve metrics on %s: %s; refusing to start without /readyz and /state "
+                      "(give a free -metrics-address, or none)", settings.metrics_address, e.strerror or e)
+            if config_server is not None:
+                await config_server.stop()
+            await controller.close()
+            return 1
     reconciling = None
     if settings.reconcile_period > 0:
         reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))

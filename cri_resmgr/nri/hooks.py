@@ -19,12 +19,22 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.nri import ttrpc
 from cri_resmgr.nri.view import NriRuntime, container_config, cpuset_update, cri_resources, sandbox_config
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Interceptor, Keep, Request
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptError,
+    InterceptionTable,
+    Interceptor,
+    Keep,
+    Request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,8 @@ class Hooks:
         self._sync_parts: tuple[list[api.PodSandbox], list[api.Container]] | None = None
         self._sync_started = 0.0  # monotonic time of a Synchronize's first part
         self.runtime_config = ""  # ConfigureRequest.config, see `configure`
+        # -nri-runtime-classes: a container's (blockio, rdt) classes by id, named in its adjustment.
+        self.classes_of: Callable[[str], tuple[str | None, str | None]] | None = None
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
@@ -203,6 +215,12 @@ class Hooks:
         reply = api.CreateContainerResponse(update=[u for u in updates if u.container_id != c.id])
         if isinstance(sent, pb.CreateContainerRequest):
             _adjust(reply.adjust, c.linux.resources.cpu, sent.config.linux.resources)
+            if self.classes_of is not None:
+                blockio, rdt = self.classes_of(c.id)
+                if blockio:
+                    reply.adjust.linux.resources.blockio_class.value = blockio
+                if rdt:
+                    reply.adjust.linux.resources.rdt_class.value = rdt
         return reply
 
     def _heard_of(self, pod: api.PodSandbox, c: api.Container, state: int | None = None) -> None:
@@ -227,7 +245,10 @@ class Hooks:
         self._heard_of(req.pod, c)
         cri = pb.UpdateContainerResourcesRequest(container_id=c.id,
                                                  linux=cri_resources(req.linux_resources))
-        sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
+        try:
+            sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
+        except InterceptError as e:  # a resize the policy cannot meet: the runtime fails the update
+            raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
         reply = api.UpdateContainerResponse(update=[u for u in updates if u.container_id != c.id])
         own = [u for u in updates if u.container_id == c.id]
         cpu = req.linux_resources.cpu
@@ -306,6 +327,8 @@ class Hooks:
                 if collect:
                     await self._flushed()
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
+                if isinstance(e, InterceptError) and e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise  # but a resize it cannot meet does: nothing was changed (engine/resmgr.py)
                 self._failed(name, e)
                 sent.clear()
             finally:

@@ -86,7 +86,7 @@ class Checker:
         subjects = {e.key for e in events}
         allocated: list[str] = []
         for e in events:
-            if e.action == "allocate":
+            if e.action in ("allocate", "resize"):
                 reported[e.key] = e.decision.resources
                 allocated.append(e.key)
                 c = self.cache.containers.get(e.key)

@@ -7,12 +7,15 @@ over a measured interval, not the test's wall time."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -78,6 +81,17 @@ def _rate(cgroup_dir: Path, seconds: float = 3.0) -> float:
     return (b1 - b0) / (t1 - t0)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return r.read().decode()
+
+
 def _wait_file(path: Path, want: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while (got := path.read_text().strip()) != want:
@@ -89,7 +103,11 @@ def _wait_file(path: Path, want: str, timeout: float = 20.0) -> None:
 def test_throttled_class_limits_direct_writes_and_follows_sighup(containerd, cgroup_root, workdir):
     cfg = workdir / "config.yaml"
     cfg.write_text(_config("ThrottleWriteBps: 1M"))
-    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    port = _free_port()
+    dump = workdir / "dump.log"
+    relay = RelayProcess(workdir, str(containerd.socket),
+                         ["-force-config", str(cfg), "-metrics-address", f"127.0.0.1:{port}",
+                          "-dump", "name:StartContainer", "-dump-file", str(dump)]).start()
     k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
     try:
         slow = k.start_pod(PodSpec(name="slow", annotations={CLASS: "slowwriter"},
@@ -101,6 +119,15 @@ def test_throttled_class_limits_direct_writes_and_follows_sighup(containerd, cgr
         assert (slow_dir / "blkio.throttle.write_bps_device").read_text().strip() == f"{DEV} 1000000"
         assert (slow_dir.parent / "blkio.throttle.write_bps_device").read_text().strip() == ""
         assert (fast_dir / "blkio.throttle.write_bps_device").read_text().strip() == ""
+
+        # /state and the metrics tell the class; the dump tells what was written where.
+        state = {c["pod"]: c for c in json.loads(_get(port, "/state"))["containers"]}
+        assert (state["slow"]["blockio_class"], state["fast"]["blockio_class"]) == ("slowwriter", None)
+        assert 'cri_resmgr_class_assignments_total{class="slowwriter",kind="blockio"} 1.0' in _get(port, "/metrics")
+        deadline = time.monotonic() + 10
+        while f"wrote '{DEV} 1000000' to {slow_dir}/blkio.throttle.write_bps_device" not in dump.read_text():
+            assert time.monotonic() < deadline, dump.read_text()[-2000:]
+            time.sleep(0.1)
 
         time.sleep(1.5)  # both writing
         slow_rate, fast_rate = _rate(slow_dir), _rate(fast_dir)
@@ -117,6 +144,14 @@ def test_throttled_class_limits_direct_writes_and_follows_sighup(containerd, cgr
         relay.signal(signal.SIGHUP)
         _wait_file(slow_dir / "blkio.throttle.read_iops_device", f"{DEV} 500")
         _wait_file(slow_dir / "blkio.throttle.write_bps_device", "")
+
+        # Containers found at start-up get the class of the configuration then in force.
+        relay.stop()
+        cfg.write_text(_config("ThrottleWriteBps: 3M"))
+        relay.start()
+        _wait_file(slow_dir / "blkio.throttle.write_bps_device", f"{DEV} 3000000", timeout=5)
+        _wait_file(slow_dir / "blkio.throttle.read_iops_device", "", timeout=5)
+        assert (fast_dir / "blkio.throttle.write_bps_device").read_text().strip() == ""
 
         # The container's removal leaves nothing: its cgroup, rules and all, is gone.
         k.delete_pod(slow)

@@ -46,11 +46,13 @@ GROUP = "sys/fs/resctrl/cri-resmgr."
 class Node:
     """The engine on a generated host root with a kernel-like resctrl tree."""
 
-    def __init__(self, config: str, with_resctrl: bool = True):
+    def __init__(self, config: str, with_resctrl: bool = True, blkio: bool = True, weight_files: bool = True):
         self.dir = Path(tempfile.mkdtemp(prefix="crirm-cls-", dir="/tmp"))
         self.root = self.dir / "host"
         sysfs.generate(self.root, cores_per_die=2, threads_per_core=1)
-        (self.root / "sys/fs/cgroup/blkio").mkdir(parents=True)
+        if blkio:
+            (self.root / "sys/fs/cgroup/blkio").mkdir(parents=True)
+        self.weight_files = weight_files
         if with_resctrl:
             resctrl.build(self.root)
         self.files = resctrl.KernelLike(str(self.root))
@@ -79,8 +81,9 @@ class Node:
         d.mkdir(parents=True)
         for name in ("read_bps", "write_bps", "read_iops", "write_iops"):
             (d / f"blkio.throttle.{name}_device").write_text("")
-        (d / "blkio.bfq.weight_device").write_text("")
-        (d / "blkio.bfq.weight").write_text("100\n")
+        if self.weight_files:
+            (d / "blkio.bfq.weight_device").write_text("")
+            (d / "blkio.bfq.weight").write_text("100\n")
         self.threads[cid] = [pid, pid + 1]
         (d / "tasks").write_text("".join(f"{t}\n" for t in self.threads[cid]))
         (self.root / f"proc/{pid}").mkdir(parents=True)
@@ -231,3 +234,72 @@ def test_blockio_rules_in_the_containers_cgroup_and_cleared(node_factory):
     # Back to no class (the QoS default removed): every rule goes.
     n.apply(config.replace("  QosClasses: {BestEffort: slow}\n", ""))
     assert [(d / f).read_text() for f in ("blkio.throttle.read_bps_device", "blkio.bfq.weight_device")] == ["", ""]
+
+
+def test_an_agent_push_the_hardware_cannot_give_is_rejected_with_the_reason(node_factory):
+    n = node_factory(RDT)
+    modules = {"policy": "Active: static\nReservedResources: {CPU: 1}\n",
+               "rdt": "Partitions: {p: {L3Allocation: '100%', Classes: {a: {}, b: {}, c: {}, d: {}}}}"}
+    error = n.loop.run(n.ctl.apply_agent(modules, "ConfigMap cri-resmgr-config.default"))
+    assert error == ("ConfigMap cri-resmgr-config.default: rdt: 4 classes need 4 CLOSes besides the root group's; "
+                     "the hardware has 4 in all (info/*/num_closids)")
+    assert n.ctl.config is not None and n.ctl.config.source == "test config"  # what was in force stays
+
+
+def test_missing_cgroup_files_one_warning_and_failures_counted(node_factory, caplog):
+    config = ("policy: {Active: static, ReservedResources: {CPU: 1}}\n"
+              "blockio: {Classes: {w: [{Weight: 200}]}, QosClasses: {BestEffort: w}}\n")
+    n = node_factory(config, with_resctrl=False, weight_files=False)  # a kernel without the weight files
+    caplog.set_level(logging.WARNING, logger="cri_resmgr")
+    n.kubelet.start_pod(pod("a"))
+    n.kubelet.start_pod(pod("b"))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "block I/O: the container cgroups here have no blkio.bfq.weight_device or blkio.weight_device, "
+        "blkio.bfq.weight or blkio.weight (first seen in ")
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 2 and all("writing block I/O class w into" in e for e in errors)
+    stats = n.ctl.stats().classes
+    assert stats.assignments == {("blockio", "w"): 2} and stats.failures["blockio"] == 2
+
+
+def test_a_machine_without_blkio_one_warning(node_factory, caplog):
+    caplog.set_level(logging.WARNING, logger="cri_resmgr")
+    config = ("policy: {Active: static, ReservedResources: {CPU: 1}}\n"
+              "blockio: {Classes: {w: [{Weight: 200}]}, QosClasses: {BestEffort: w}}\n")
+    n = node_factory(config, with_resctrl=False, blkio=False)
+    n.apply(config)
+    n.kubelet.start_pod(pod("a"))
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines == [f"block I/O classes are chosen but not enforced: no blkio (cgroup v1) or io (cgroup v2) "
+                     f"controller under {n.root}/sys/fs/cgroup"]
+    assert {c.pod: c.blockio_class for c in n.ctl.state().containers} == {"a": "w"}
+
+
+def test_a_class_change_moves_the_tasks_and_no_class_gives_them_back(node_factory):
+    n = node_factory(RDT)
+    be = n.kubelet.start_pod(pod("be")).container_ids["c"]
+    other = 4242  # a thread in the root group that is none of ours: never written anywhere
+    root_tasks = n.root / "sys/fs/resctrl/tasks"
+    root_tasks.write_text(root_tasks.read_text() + f"{other}\n")
+    assert n.tasks("besteffort") == set(n.threads[be])
+    n.apply(RDT.replace("QosClasses: {BestEffort: besteffort}", "QosClasses: {BestEffort: guaranteed}"))
+    assert (n.tasks("besteffort"), n.tasks("guaranteed")) == (set(), set(n.threads[be]))
+    n.apply(RDT.replace("  QosClasses: {BestEffort: besteffort}\n", ""))
+    assert n.tasks("guaranteed") == set()
+    assert set(n.threads[be]) | {other} <= {int(t) for t in root_tasks.read_text().split()}
+    assert not [w for w in n.files.writes if w[1].strip() == str(other)]
+    assert {c.pod: c.rdt_class for c in n.ctl.state().containers}["be"] is None
+
+
+def test_other_tools_groups_hold_closes_too(node_factory):
+    three = RDT.replace("  QosClasses", "        third: {}\n  QosClasses")
+    n = node_factory(RDT)
+    n.apply(three)  # 3 classes, 4 CLOSes: fits beside the root group
+    n.apply(RDT)
+    n.files.mkdir("sys/fs/resctrl/gold")  # a runtime's own group (goresctrl names it after its class)
+    with pytest.raises(ConfigError, match=r"rdt: 3 classes need 3 CLOSes besides the root group's; the hardware "
+                                          r"has 4 in all \(info/\*/num_closids\), 1 of them held by other tools' "
+                                          r"groups$"):
+        n.apply(three)
+    assert (n.root / "sys/fs/resctrl/gold").is_dir()  # never touched
