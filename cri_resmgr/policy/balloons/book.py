@@ -105,9 +105,9 @@ class Book:
         if take > 0:
             prefer = self._prefer.get(t.name)
             if t.hide_hyperthreads:
-                new = self.near.inflate_cores(self.free, b.cpus, take, prefer)
+                new = self.near.inflate_cores(self.free, b.cpus, take, prefer, balance=t.balance)
             else:
-                new = self.near.inflate(self.free, b.cpus, take, prefer)
+                new = self.near.inflate(self.free, b.cpus, take, prefer, spread=t.spread_cores, balance=t.balance)
             self.free = self.free - new
             b.cpus = b.cpus | new
             b.share_region = None

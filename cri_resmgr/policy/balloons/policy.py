@@ -43,7 +43,7 @@ class BalloonsPolicy:
             raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
                                    "reserved; none left for balloons")
         self._topology = context.topology
-        self._book = Book(self._config, Nearness(context.topology), assignable, reserved)
+        self._book = Book(self._config, Nearness(context.topology, reserved), assignable, reserved)
         self._check_minimums()
         self._book.clear()
         self._create_minimums()
