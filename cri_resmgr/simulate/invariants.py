@@ -60,7 +60,7 @@ class Checker:
         events = list(events)
         subjects = {e.key for e in events}
         for e in events:
-            if e.action == "allocate":
+            if e.action in ("allocate", "resize"):
                 reported[e.key] = e.decision.resources
             else:
                 reported[e.key] = None

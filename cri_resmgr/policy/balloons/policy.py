@@ -23,6 +23,7 @@ from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, parse_config
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import checked_cpus
+from cri_resmgr.policy.resize import by_replacing
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology.cpuallocator import AllocationError
 from cri_resmgr.topology.cpuset import CPUSet
@@ -194,6 +195,13 @@ class BalloonsPolicy:
             book.resize(b)
         book.regrow_short(changed)
         return Decision(others=book.refresh(changed, old_free, key))
+
+    def resize(self, workload: Workload) -> Decision:
+        """policy.api.Resizable: released and allocated again; a size that cannot be met
+        (a warning) restores every balloon as it was (policy/resize.py)."""
+        book = self._book
+        placed = [(b.members[k], self.assignment(k)) for k, b in book.member.items()]
+        return by_replacing(self, workload, placed)
 
     # -- restoring -------------------------------------------------------------------------------
 

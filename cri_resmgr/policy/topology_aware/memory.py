@@ -93,12 +93,17 @@ def available_kinds(pool: Pool, kinds: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(k for k in kinds if pool.memory.get(k))
 
 
-def memory_pool(pool: Pool, kinds: tuple[str, ...], request: int, used: Mapping[str, int]) -> Pool:
+def memory_pool(pool: Pool, kinds: tuple[str, ...], request: int, used: Mapping[str, int],
+                limit: int | None = 0) -> Pool:
     """The pool whose memory a container placed in `pool` gets: the pool itself when its
-    free memory of those kinds holds the request, else the nearest ancestor where it does
+    free memory of those kinds holds the request (and its memory the `limit`, a Burstable
+    container's; None: unlimited, the root's), else the nearest ancestor where it does
     (the root at worst). `used`: bytes already given out, by pool name, over the subtree."""
+    if limit is None:
+        return pool.lineage()[-1]
     for candidate in pool.lineage():
         if available_kinds(candidate, kinds) and \
-                candidate.memory_bytes(kinds) - used.get(candidate.name, 0) >= request:
+                candidate.memory_bytes(kinds) - used.get(candidate.name, 0) >= request and \
+                candidate.memory_bytes(kinds) >= limit:
             return candidate
     return pool.lineage()[-1]
