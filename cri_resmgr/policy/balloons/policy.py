@@ -199,8 +199,7 @@ class BalloonsPolicy:
     def resize(self, workload: Workload) -> Decision:
         """policy.api.Resizable: released and allocated again; a size that cannot be met
         (a warning) restores every balloon as it was (policy/resize.py)."""
-        book = self._book
-        placed = [(b.members[k], self.assignment(k)) for k, b in book.member.items()]
+        placed = [b.members[k] for k, b in self._book.member.items()]
         return by_replacing(self, workload, placed)
 
     # -- restoring -------------------------------------------------------------------------------
