@@ -363,10 +363,9 @@ class ResourceManager:
                      describe.Placement(self._policy.assignment(c.key), decision.resources))
         return set(decision.others)
 
-    def _placed_now(self) -> list[tuple[Workload, Assignment | None]]:
+    def _placed_now(self) -> list[Workload]:
         """Every container the policy holds, as the cache knows it (for policy/resize.py)."""
-        return [(r.workload, self._policy.assignment(r.key)) for r in self._cache
-                if not r.released and self._policy.resources(r.key) is not None]
+        return [r.workload for r in self._cache if not r.released and self._policy.resources(r.key) is not None]
 
     async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool) -> None:
         """The runtime refused a resizing update: the container keeps its old size
