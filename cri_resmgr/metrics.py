@@ -101,6 +101,11 @@ class EngineCollector(Collector):
                                       "Time the policy took to place a new container (since the last policy switch)")
             h.add_metric([], _buckets(s.decision_latency), s.decision_latency.sum_ns / 1e9)
             yield h
+        yield CounterMetricFamily("cri_resmgr_resizes", "In-place resizes the policy re-decided",
+                                  value=s.resizes)
+        yield CounterMetricFamily("cri_resmgr_resizes_refused",
+                                  "In-place resizes that could not be met (kubelet's update failed): each is logged",
+                                  value=s.resizes_refused)
         yield CounterMetricFamily("cri_resmgr_released_on_exit", "Containers released when seen exited",
                                   value=s.released_on_exit)
         yield CounterMetricFamily("cri_resmgr_requests_not_met",

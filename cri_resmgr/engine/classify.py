@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
@@ -106,6 +107,16 @@ def requirements_from_cri(cpu_shares: int, cpu_quota: int, cpu_period: int, memo
     )
 
 
+def pod_level(linux: pb.LinuxPodSandboxConfig) -> Requirements | None:
+    """The pod-level resources (KEP-2837) kubelet puts in the sandbox's config; None
+    when the pod has none."""
+    if not linux.HasField("resources"):
+        return None
+    r = linux.resources
+    found = requirements_from_cri(r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes)
+    return found if (found.cpu_request, found.cpu_limit, found.memory_limit) != (0, None, None) else None
+
+
 def qos_from_requirements(r: Requirements) -> QoS:
     """A single container's view; used only when the cgroup parent says nothing."""
     if r.cpu_request == 0 and r.cpu_limit is None and r.memory_limit is None:
@@ -166,9 +177,12 @@ def in_namespaces(namespace: str, patterns: tuple[str, ...]) -> bool:
 def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_parent: str,
              pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
              cri_resources: Requirements, reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES,
-             labels: Mapping[str, str] | None = None) -> Workload:
+             labels: Mapping[str, str] | None = None, pod_resources: Requirements | None = None) -> Workload:
     """Builds the policy's view of a container. Bad annotations are logged and ignored:
-    they never fail the request."""
+    they never fail the request. `pod_resources`: the pod-level resources of its
+    sandbox (KEP-2837), if any: a container with no requests of its own in such a pod
+    takes the pod's QoS class (it is not BestEffort) and runs on shared CPUs, since
+    how the pod's budget splits among its containers is not known."""
     where = f"{namespace}/{pod}:{container}"
     reqs = cri_resources
     try:
@@ -177,7 +191,10 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
             reqs = from_annotation
     except ValueError as e:
         log.warning("%s: ignoring annotation %s: %s", where, RESOURCES_ANNOTATION, e)
-    qos = qos_from_cgroup_parent(cgroup_parent) or qos_from_requirements(reqs)
+    qos = qos_from_cgroup_parent(cgroup_parent)
+    if qos is None:
+        own = qos_from_requirements(reqs)
+        qos = qos_from_requirements(pod_resources) if own is QoS.BESTEFFORT and pod_resources is not None else own
     if qos is QoS.GUARANTEED and reqs.source == "cri" and not reqs.memory_request and reqs.memory_limit:
         # Guaranteed means requests equal limits: the memory request the CRI does not carry is
         # the limit it does, so memory pinning and widening need no webhook for these.

@@ -92,6 +92,8 @@ class EngineStats:
     reconcile: ReconcileStats = ReconcileStats()
     classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
     updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
+    resizes: int = 0  # in-place resizes the policy re-decided
+    resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
 
 
 
@@ -174,7 +176,8 @@ class Controller:
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
-                           updates_resent_after_start=u.resent_after_start, classes=self._classes.stats())
+                           updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
+                           resizes=m.resizes, resizes_refused=m.resizes_refused)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per

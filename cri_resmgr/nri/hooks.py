@@ -19,12 +19,22 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.nri import ttrpc
 from cri_resmgr.nri.view import NriRuntime, container_config, cpuset_update, cri_resources, sandbox_config
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Interceptor, Keep, Request
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptError,
+    InterceptionTable,
+    Interceptor,
+    Keep,
+    Request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +245,10 @@ class Hooks:
         self._heard_of(req.pod, c)
         cri = pb.UpdateContainerResourcesRequest(container_id=c.id,
                                                  linux=cri_resources(req.linux_resources))
-        sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
+        try:
+            sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
+        except InterceptError as e:  # a resize the policy cannot meet: the runtime fails the update
+            raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
         reply = api.UpdateContainerResponse(update=[u for u in updates if u.container_id != c.id])
         own = [u for u in updates if u.container_id == c.id]
         cpu = req.linux_resources.cpu
@@ -314,6 +327,8 @@ class Hooks:
                 if collect:
                     await self._flushed()
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
+                if isinstance(e, InterceptError) and e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise  # but a resize it cannot meet does: nothing was changed (engine/resmgr.py)
                 self._failed(name, e)
                 sent.clear()
             finally:

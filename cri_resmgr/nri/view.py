@@ -61,10 +61,12 @@ def cri_resources(r: api.LinuxResources) -> pb.LinuxContainerResources:
 
 
 def sandbox_config(p: api.PodSandbox) -> pb.PodSandboxConfig:
+    linux = pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent)
+    if p.linux.HasField("pod_resources"):  # pod-level resources (KEP-2837)
+        linux.resources.CopyFrom(cri_resources(p.linux.pod_resources))
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=p.name, uid=p.uid, namespace=p.namespace),
-        labels=dict(p.labels), annotations=dict(p.annotations),
-        linux=pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent))
+        labels=dict(p.labels), annotations=dict(p.annotations), linux=linux)
 
 
 def cri_container(c: api.Container) -> pb.Container:

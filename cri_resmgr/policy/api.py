@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.usage import PolicyUsage
@@ -172,3 +172,21 @@ class Policy(Protocol):
 
 class PolicyError(CriResmgrError):
     pass
+
+
+class ResizeError(PolicyError):
+    """A resize the policy cannot meet (e.g. too few free CPUs for the new exclusive
+    set). Raised before anything changed: the container keeps what it has."""
+
+
+@runtime_checkable
+class Resizable(Protocol):
+    """A policy that re-decides a placed container in place when its requests change
+    (an in-place pod resize), keeping what it can of the CPUs the container has.
+    Policies without it are resized by release and allocate (engine/resize.py)."""
+
+    def resize(self, workload: Workload) -> Decision:
+        """`workload`: the placed container (same key and QoS class) with its new
+        requests and limits. The decision's resources are its new ones, `others` the
+        other containers whose resources changed. Raises ResizeError, with nothing
+        changed, when the new size cannot be met."""

@@ -13,9 +13,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -69,6 +72,22 @@ def wait_for(what: str, ok: Callable[[], bool], log: Callable[[], str], timeout:
         if time.monotonic() > deadline:
             pytest.fail(f"{what} not within {timeout}s; log:\n{log()[-4000:]}")
         time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
 
 
 @pytest.fixture
@@ -199,9 +218,15 @@ def test_launched_plugin_activates_at_configure_and_gives_an_exclusive_cpu(nri_c
 
 def test_external_plugin_kill_restart_and_state_lock(nri_containerd, kubelet_on, plugin_dir):
     k = kubelet_on
-    plugin = PluginProcess(plugin_dir, str(nri_containerd.layout.nri_socket), "/", STATIC).start()
+    port = free_port()
+    plugin = PluginProcess(plugin_dir, str(nri_containerd.layout.nri_socket), "/", STATIC,
+                           args=("-metrics-address", f"127.0.0.1:{port}")).start()
     try:
         wait_for("the external plugin's policy", lambda: "policy static active" in plugin.log(), plugin.log)
+        # What the DaemonSet's probes and a Prometheus ask (scripts/node/cri-resmgr-nri-daemonset.yaml).
+        wait_for("/readyz", lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200, plugin.log)
+        assert http_status(f"http://127.0.0.1:{port}/healthz") == 200
+        assert http_status(f"http://127.0.0.1:{port}/metrics") == 200
         a = k.start_pod(besteffort("e-shared")).container_ids["c"]
         g = k.start_pod(guaranteed("e-excl")).container_ids["c"]
         wait_cpuset(k, g, EXCLUSIVE)
@@ -226,6 +251,16 @@ def test_external_plugin_kill_restart_and_state_lock(nri_containerd, kubelet_on,
         wait_cpuset(k, g2, RESERVED)
         state = json.loads((Path(plugin.state_dir) / "state.json").read_text())
         assert sum(1 for v in state["assignments"].values() if v["exclusive"]) == 1
+
+        # The runtime restarts: the plugin re-dials, is configured and synchronized again.
+        registered = plugin.log().count("registered with the runtime")
+        nri_containerd.restart()
+        wait_for("re-registration", lambda: plugin.log().count("registered with the runtime") > registered,
+                 plugin.log)
+        wait_for("the new session's Synchronize", lambda: plugin.log().count("gone meanwhile") >= 3, plugin.log)
+        c = k.start_pod(besteffort("e-after-restart")).container_ids["c"]
+        wait_cpuset(k, c, RESERVED, log=plugin.log)
+        wait_cpuset(k, g, EXCLUSIVE)
     finally:
         plugin.stop()
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import POOL_RESERVED, checked_cpus
 from cri_resmgr.policy.topology_aware import restore as restoring
@@ -101,6 +101,34 @@ class TopologyAwarePolicy:
             return Decision()
         self._index(member, -1)
         return Decision(others=others)
+
+    def resize(self, workload: Workload) -> Decision:
+        """In place (policy.api.Resizable): the container is placed again with its new
+        requests; when it would get fewer exclusive CPUs than it asks for, or run
+        overcommitted, it is put back as it was and ResizeError says why."""
+        key = workload.key
+        old = self._book.members.get(key)
+        if old is None:
+            raise PolicyError(f"{NAME}: cannot resize {workload} ({key}): not placed")
+        released = self.release(key)
+        try:
+            decision = self.allocate(workload)
+        except BaseException:
+            self._put_back(old)
+            raise
+        new = self._book.members[key]
+        if len(new.exclusive) < new.request.exclusive or (new.overcommitted and not old.overcommitted):
+            self._put_back(old)
+            raise ResizeError(decision.warning or f"{NAME}: {workload} ({key}) does not fit")
+        others = {**released.others, **decision.others}
+        others.pop(key, None)
+        return Decision(decision.resources, others)
+
+    def _put_back(self, old: Member) -> None:
+        """Undoes a resize that did not fit: nobody was told of the change in between."""
+        if old.key in self._book:
+            self.release(old.key)
+        self.keep(old)
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
         saved = (self._book, self._placer, self._affinity_index, self._by_pod, self._by_ns)
