@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from concurrent import futures
 
 import grpc
@@ -29,10 +30,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     def __init__(self, ops: NodeOps) -> None:
         self._ops = ops
 
-    def GetNode(self, request, context):
+    def GetNode(self, request: agent_pb2.GetNodeRequest, context: grpc.ServicerContext) -> agent_pb2.NodeReply:
         return self._run(context, "GetNode", self._ops.get_node)
 
-    def PatchNode(self, request, context):
+    def PatchNode(self, request: agent_pb2.PatchNodeRequest, context: grpc.ServicerContext) -> agent_pb2.NodeReply:
         change = NodeChange(
             set_labels=dict(request.set_labels), remove_labels=list(request.remove_labels),
             set_annotations=dict(request.set_annotations), remove_annotations=list(request.remove_annotations),
@@ -40,11 +41,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             remove_taints=[TaintSpec(t.key, "", t.effect) for t in request.remove_taints])
         return self._run(context, "PatchNode", lambda: self._ops.patch_node(change))
 
-    def UpdateNodeCapacity(self, request, context):
+    def UpdateNodeCapacity(self, request: agent_pb2.UpdateNodeCapacityRequest,
+                           context: grpc.ServicerContext) -> agent_pb2.NodeReply:
         return self._run(context, "UpdateNodeCapacity",
                          lambda: self._ops.update_capacity(dict(request.set_capacity), list(request.remove_capacity)))
 
-    def _run(self, context, method: str, call) -> agent_pb2.NodeReply:
+    def _run(self, context: grpc.ServicerContext, method: str, call: Callable[[], bytes]) -> agent_pb2.NodeReply:
         try:
             return agent_pb2.NodeReply(node_json=call())
         except NodeOpError as exc:
@@ -60,10 +62,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
 
 def _api_message(exc: ApiException) -> str:
+    """The API server's own message from its Status body, else the HTTP reason."""
     try:
-        return json.loads(exc.body)["message"]
+        message = json.loads(exc.body)["message"] if exc.body else None
     except (TypeError, ValueError, KeyError):
-        return exc.reason or ""
+        message = None
+    return message if isinstance(message, str) else str(exc.reason or "")
 
 
 class AgentServer:

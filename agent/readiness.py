@@ -41,7 +41,7 @@ class HealthServer:
 
     @property
     def address(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return f"{host}:{port}"
 
     def start(self) -> None:
