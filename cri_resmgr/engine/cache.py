@@ -248,7 +248,8 @@ class Cache:
             assignments = {k: Assignment.from_json(v) for k, v in data["assignments"].items()}
             policy = str(data["policy"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            aside = self.path.with_name(f"{self.path.name}.bad-{int(time.time())}")
+            # Named for when, readably and in UTC: state.json.bad-20261127T141502Z
+            aside = self.path.with_name(f"{self.path.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
             try:
                 os.replace(self.path, aside)
                 where = f"moved aside to {aside}"
