@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from balloons_sim import run
 
+from cri_resmgr.config import parse_document
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.balloons import BalloonsPolicy
+from cri_resmgr.policy.balloons import policy as balloons_policy
 from cri_resmgr.policy.context import build_context
+from cri_resmgr.policy.registry import default_registry
+from cri_resmgr.simulate.engine import simulate
+from cri_resmgr.simulate.pods import parse_pods, pod_calls
 from cri_resmgr.simulate.shape import topology_of
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -101,11 +106,6 @@ def test_the_moved_cpus_come_back_when_the_guaranteed_pod_goes():
 
 def test_the_simulators_isolation_check_holds_balloons_to_it(monkeypatch):
     """The invariant is on for balloons: with the CPUs not moved (the fault), it says so."""
-    from cri_resmgr.policy.balloons import policy as balloons_policy
-    from cri_resmgr.policy.registry import default_registry
-    from cri_resmgr.config import parse_document
-    from cri_resmgr.simulate.engine import simulate
-    from cri_resmgr.simulate.pods import parse_pods, pod_calls
 
     monkeypatch.setattr(balloons_policy, "reclaim", lambda book, units, keep=None: (set(), []))
     text = pod("be", None) + pod("g1", "2") + pod("g2", "2") + pod("g3", "3")
