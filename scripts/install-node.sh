@@ -56,26 +56,44 @@ uninstall() {
     die "cri-resmgr.service is running: point kubelet back at the runtime, then" \
         "'systemctl disable --now cri-resmgr' (docs/node-install.md, rollback)"
   fi
-  local lines=() i kind path want
+  local lines=() left=() dirs=() i kind path want
   mapfile -t lines < "$ROOT$MANIFEST"
-  rm -f "$ROOT$MANIFEST"
-  # Last added first: files before the directories that hold them.
+  # Last added first: files before the directories that hold them. What cannot be removed
+  # stays in the manifest, which goes last: a failed uninstall can be run again and
+  # orphans nothing.
   for ((i = ${#lines[@]} - 1; i >= 0; i--)); do
     read -r kind path want <<< "${lines[i]}"
+    case $path in
+      /?*) ;;
+      *) say "cannot use manifest line '${lines[i]}': not an absolute path"; left=("${lines[i]}" "${left[@]}"); continue ;;
+    esac
     case $kind in
-      link) [ -L "$ROOT$path" ] && rm -f "$ROOT$path" ;;
-      file) rm -f "$ROOT$path" ;;
-      tree) rm -rf "${ROOT:?}$path" ;;  # a venv of ours, recorded by path: never a guess
+      link) [ ! -L "$ROOT$path" ] || rm -f -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}") ;;
+      file) rm -f -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}") ;;
+      tree)  # a venv of ours, recorded by path: never a guess, never outside $PREFIX
+        case $path in
+          "$PREFIX"/venv-*[!/]) [[ $path != *..* ]] && rm -rf -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}") ;;
+          *) say "not removing $path: not a venv under $PREFIX"; left=("${lines[i]}" "${left[@]}") ;;
+        esac ;;
       conf)
         if [ -f "$ROOT$path" ] && [ "$(sum "$ROOT$path")" != "$want" ]; then
           say "kept $path: changed since it was installed"
         else
-          rm -f "$ROOT$path"
+          rm -f -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}")
         fi ;;
-      dir) rmdir "$ROOT$path" 2>/dev/null || true ;;  # kept when something else is inside
+      dir) dirs+=("$path") ;;  # after the manifest, which one of them holds
+      *) say "cannot use manifest line '${lines[i]}': unknown kind"; left=("${lines[i]}" "${left[@]}") ;;
     esac
   done
-  [ -z "$ROOT" ] && [ -d /run/systemd/system ] && systemctl daemon-reload
+  if ((${#left[@]})); then
+    { for path in "${dirs[@]}"; do echo "dir $path"; done | sort -u; printf '%s\n' "${left[@]}"; } > "$ROOT$MANIFEST.tmp"
+    mv -f "$ROOT$MANIFEST.tmp" "$ROOT$MANIFEST"
+    die "could not remove ${#left[@]} of the installed paths (above); they stay listed in $ROOT$MANIFEST:" \
+        "fix the cause and run uninstall again"
+  fi
+  rm -f -- "$ROOT$MANIFEST"
+  for path in "${dirs[@]}"; do rmdir -- "$ROOT$path" 2>/dev/null || true; done  # kept when something else is inside
+  if [ -z "$ROOT" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
   say "removed cri-resmgr (the relay's state, /var/lib/cri-resmgr, is left alone)"
 }
 

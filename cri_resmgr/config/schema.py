@@ -206,7 +206,7 @@ def _dump(d: Mapping[str, Any], source: str) -> DumpConfig:
     file = d.get("File")
     if file is not None and not isinstance(file, str):
         raise ConfigError(f"{source}: dump.File: expected a path")
-    from cri_resmgr.dump import DumpSpecError, parse_specs
+    from cri_resmgr.dump.rules import DumpSpecError, parse_specs
 
     try:
         parse_specs(list(specs))

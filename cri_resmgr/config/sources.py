@@ -90,7 +90,7 @@ def read_config_file(path: str) -> str:
 def _saved_agent_config(path: Path) -> dict[str, str] | None:
     try:
         data = json.loads(path.read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing saved; an unusable state dir is refused at start
         return None
     except (OSError, ValueError) as e:
         log.error("cannot read %s: %s", path, e)

@@ -360,13 +360,12 @@ class ResourceManager:
         self._counts.resizes += 1
         if decision.resources is not None:
             log.info("%s: resized to %s: %s", change.workload, change.describe(),
-                     describe.placement(self._policy.assignment(c.key), decision.resources))
+                     describe.Placement(self._policy.assignment(c.key), decision.resources))
         return set(decision.others)
 
-    def _placed_now(self) -> list[tuple[Workload, Assignment | None]]:
+    def _placed_now(self) -> list[Workload]:
         """Every container the policy holds, as the cache knows it (for policy/resize.py)."""
-        return [(r.workload, self._policy.assignment(r.key)) for r in self._cache
-                if not r.released and self._policy.resources(r.key) is not None]
+        return [r.workload for r in self._cache if not r.released and self._policy.resources(r.key) is not None]
 
     async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool) -> None:
         """The runtime refused a resizing update: the container keeps its old size
@@ -435,14 +434,13 @@ class ResourceManager:
         had = self._policy.resources(c.key)
         if had is not None:
             # One line per container end (not per call): the operator sees CPUs come back.
-            log.info("%s: released %s%s", c.workload, describe.placement(self._policy.assignment(c.key), had),
+            log.info("%s: released %s%s", c.workload, describe.Placement(self._policy.assignment(c.key), had),
                      " (dry-run)" if self._options.dry_run else "")
         return set(self._policy.release(c.key).others)
 
     def _sync(self, keys: set[str], cause: str) -> None:
         """Tells the runtime the policy's current resources for these containers (lock
         held); one INFO line says what changed and why (`cause`: "creating NAME"...)."""
-        texts: dict[CPUSet, str] = {}
         batch = describe.UpdateBatch(cause)
         for key in keys:
             c = self._cache.containers.get(key)
@@ -456,14 +454,14 @@ class ResourceManager:
                 continue
             self._applied[key] = target
             if self._enforcer is not None:
-                linux = self._changed(c, target, texts)
+                linux = self._changed(c, target)
                 self._linux[key] = linux
                 self._enforcer.submit(c.id, linux, c.workload)
             batch.add(c.workload, target)
         if batch.count:
-            log.info("%s", batch.line())
+            log.info("%s", batch)  # its text only if written
 
-    def _changed(self, c: ContainerRecord, target: Resources, texts: dict[CPUSet, str]) -> pb.LinuxContainerResources:
+    def _changed(self, c: ContainerRecord, target: Resources) -> pb.LinuxContainerResources:
         """The container's resources as last set, with the policy's fields changed, to
         send; `c.resources` follows. A copy of the message kept from the last change is
         changed, and the dict's cpuset values replaced (cheap); without a kept message
@@ -476,7 +474,7 @@ class ResourceManager:
             linux.CopyFrom(kept)
         else:
             json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
-        _apply(linux, target, texts)
+        _apply(linux, target)
         fast = _with_cpuset(c.resources, linux) if kept is not None else None
         c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
         return linux
@@ -492,7 +490,7 @@ class ResourceManager:
 
     def _placed(self, w: Workload, r: Resources) -> None:
         """The decision for a new container, at INFO: the one per-call line above DEBUG."""
-        log.info("%s: %s", w, describe.placement(self._policy.assignment(w.key), r))
+        log.info("%s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
 
     def _denied(self, w: Workload, warning: str) -> None:
         """The policy placed a container without what it asked for (exclusive CPUs, room
@@ -644,7 +642,6 @@ class ResourceManager:
         real = await asyncio.to_thread(lambda: [(cid, reader.read(pid, cid)) for cid, pid in todo])
         resent = 0
         async with self._lock:
-            texts: dict[CPUSet, str] = {}
             for cid, got in real:
                 c = self._cache.by_id(cid)
                 if got is None or c is None or c.released or enforcer.busy(cid):
@@ -665,7 +662,7 @@ class ResourceManager:
                             "sending its cpuset again", c.workload, cid[:12], got.cpus,
                             got.mems if got.mems is not None else "?", target.cpuset_cpus, target.cpuset_mems or "-")
                 self._applied[c.key] = target
-                linux = self._changed(c, target, texts)
+                linux = self._changed(c, target)
                 self._linux[c.key] = linux
                 enforcer.submit(cid, linux, c.workload)
                 resent += 1
@@ -685,7 +682,7 @@ class ResourceManager:
             self._denied(record.workload, decision.warning)
         if decision.resources is not None and not self._options.dry_run:
             log.info("adopted %s (%s): %s", record.workload, record.id[:12],
-                     describe.placement(self._policy.assignment(record.key), decision.resources))
+                     describe.Placement(self._policy.assignment(record.key), decision.resources))
         return {record.key} | set(decision.others)
 
     # -- start-up and reconfiguration --------------------------------------------------
@@ -707,7 +704,7 @@ class ResourceManager:
                 self._denied(w, "not enough free CPUs when its allocation was restored")
             r = self._policy.resources(w.key)
             if r is not None:
-                log.info("restored %s: %s", w, describe.placement(self._policy.assignment(w.key), r))
+                log.info("restored %s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
@@ -721,22 +718,16 @@ class ResourceManager:
                 c = self._cache.containers.get(key)
                 if c is not None:
                     log.info("%s: %s (timer)", c.workload,
-                             describe.placement(self._policy.assignment(key), decision.others[key]))
+                             describe.Placement(self._policy.assignment(key), decision.others[key]))
             self._sync(set(decision.others), "the policy's timer")
             self._save()
             self._timer.rearm()
 
 
-def _apply(linux: pb.LinuxContainerResources, r: Resources, texts: dict[CPUSet, str] | None = None) -> None:
-    """Sets the policy's fields; `texts` remembers each cpuset's text across a batch
-    (a change of the shared pool gives a thousand containers the same one)."""
-    if texts is None:
-        linux.cpuset_cpus = str(r.cpuset_cpus)
-    else:
-        text = texts.get(r.cpuset_cpus)
-        if text is None:
-            text = texts[r.cpuset_cpus] = str(r.cpuset_cpus)
-        linux.cpuset_cpus = text
+def _apply(linux: pb.LinuxContainerResources, r: Resources) -> None:
+    """Sets the policy's fields (a CPUSet formats its text once: a change of the shared
+    pool gives a thousand containers the same one)."""
+    linux.cpuset_cpus = str(r.cpuset_cpus)
     if r.cpuset_mems is not None:
         linux.cpuset_mems = r.cpuset_mems
 

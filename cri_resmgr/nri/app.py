@@ -193,7 +193,7 @@ async def run(settings: Settings, nri: NriSettings, registry: Registry,
     log.info("cri-resmgr %s starting as NRI plugin %s", __version__, nri.identity)
     try:
         lock = statelock.acquire(settings.state_dir, "cri-resmgr NRI plugin")
-    except (statelock.StateDirBusy, OSError) as e:
+    except statelock.StateDirError as e:
         log.error("%s", e)
         return 1
     try:
@@ -254,8 +254,13 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
         try:
             http = health.serve(settings.metrics_address, metrics.registry(controller, plugin),
                                 health.on_loop(controller, loop), endpoint.on_loop(controller, loop))
-        except OSError as e:
-            log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
+        except OSError as e:  # another process's port would answer -probe and status for us: refuse
+            log.error("cannot serve metrics on %s: %s; refusing to start without /readyz and /state "
+                      "(give a free -metrics-address, or none)", settings.metrics_address, e.strerror or e)
+            if config_server is not None:
+                await config_server.stop()
+            await controller.close()
+            return 1
     reconciling = None
     if settings.reconcile_period > 0:
         reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))

@@ -1,6 +1,7 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|nri-sync|resize ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|nri-sync|resize|
+                                  big-machine ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -20,6 +21,9 @@ Sections:
            active, and Synchronize end to end; target 200 ms (tests.bench.nri_sync)
   resize   in-place resize decisions of every policy, 512 CPUs / 1000 containers;
            p99 target 2 ms (tests.bench.resize)
+  big-machine  every policy's decisions and the engine's calls on 4096 sparse CPUs,
+           10,000 containers churned, the invariant checker after every call (fails
+           on a violation); no target, compared before/after (tests.bench.big_machine)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -43,6 +47,7 @@ from typing import Any
 
 from tests.bench import allocator as bench_allocator
 from tests.bench import balloons as bench_balloons
+from tests.bench import big_machine as bench_big_machine
 from tests.bench import nri as bench_nri
 from tests.bench import nri_sync as bench_nri_sync
 from tests.bench import policy as bench_policy
@@ -129,6 +134,7 @@ SECTIONS: dict[str, Section] = {
     "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
     "nri-sync": Section("nri-sync", lambda log: bench_nri_sync.run(), bench_nri_sync.format_result),
     "resize": Section("resize", lambda log: bench_resize.run(), bench_resize.format_result),
+    "big-machine": Section("big-machine", lambda log: bench_big_machine.run(log=log), bench_big_machine.format_result),
 }
 
 

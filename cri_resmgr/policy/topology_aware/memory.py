@@ -2,7 +2,7 @@
 cold (cold-start), and which pool's nodes hold its memory (widened up the tree until
 its request fits).
 
-    cri-resource-manager.intel.com/memory-type: dram,pmem    (dram, pmem, cxl, hbm; a list)
+    cri-resource-manager.intel.com/memory-type: dram,pmem    (dram, pmem, cxl, hbm, mixed; a list)
     cri-resource-manager.intel.com/cold-start: 30s           (seconds, or 500ms, 2m, 1h, 1m30s,
                                                               or `duration: 30s` as CRI-RM)
 
@@ -23,6 +23,7 @@ __all__ = ["AnnotationError", "parse_memory_type", "parse_duration", "memory_poo
 
 DEFAULT_KINDS: tuple[str, ...] = ("dram",)
 _ALIASES = {"dram": "dram", "pmem": "pmem", "cxl": "pmem", "hbm": "hbm"}
+_ALL = ("dram", "pmem", "hbm")  # "mixed", nri-plugins' name for every kind
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 _BARE = re.compile(r"^\d+(?:\.\d+)?$")  # seconds
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -37,13 +38,16 @@ def parse_memory_type(value: str | None) -> tuple[str, ...]:
     """The kinds named by a memory-type annotation, in KINDS order; None: the default."""
     if value is None:
         return DEFAULT_KINDS
-    kinds = set()
+    kinds: set[str] = set()
     for item in value.replace(" ", ",").split(","):
         item = item.strip().lower()
         if not item:
             continue
+        if item == "mixed":
+            kinds.update(_ALL)
+            continue
         if item not in _ALIASES:
-            raise AnnotationError(f"memory-type: unknown memory type {item!r} (known: dram, pmem, cxl, hbm)")
+            raise AnnotationError(f"memory-type: unknown memory type {item!r} (known: dram, pmem, cxl, hbm, mixed)")
         kinds.add(_ALIASES[item])
     if not kinds:
         raise AnnotationError(f"memory-type: no memory type in {value!r}")

@@ -209,3 +209,10 @@ def test_burstable_memory_by_limit_and_unlimited_burstable_level():
                              "          annotations: {cri-resource-manager.intel.com/unlimited-burstable: numa}")
     out = run(annotated, "2s/4n/8c/1t/mem=1g", UnlimitedBurstable="system")
     assert len(nodes_of(out.topology, placed(out)["unlimited:c"].cpuset_cpus)) == 1
+
+
+def test_memory_type_mixed_is_every_kind():
+    # nri-plugins' "mixed". Before: "unknown memory type 'mixed'".
+    from cri_resmgr.policy.topology_aware.memory import parse_memory_type
+    assert parse_memory_type("mixed") == ("dram", "pmem", "hbm")
+    assert parse_memory_type("hbm,mixed") == ("dram", "pmem", "hbm")
