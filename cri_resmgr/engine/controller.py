@@ -20,6 +20,7 @@ from typing import Protocol
 import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt, snapshot
@@ -354,13 +355,24 @@ class Controller:
             # leaves the old manager in force, saves and all.
             try:
                 resmgr.restore(saved, live=old is not None)
-            except PolicyError as e:
+            except Exception as e:
                 if old is not None:
                     raise
                 # At start-up policies place best-effort; one that still refuses (a state
-                # it cannot read back) gets every container anew: the relay must serve.
-                log.error("cannot restore the saved allocations (%s): placing every container anew", e)
-                resmgr.restore(None)
+                # it cannot read back, a pod it trips over) gets every container anew,
+                # and failing that, every container by its CRI resources alone: the
+                # relay must serve, whatever pods the node runs.
+                log.error("cannot restore the saved allocations (%s: %s): placing every container anew",
+                          type(e).__name__, clip(str(e), 200))
+                try:
+                    resmgr.restore(None)
+                except Exception as again:
+                    log.error("cannot place the containers as they are (%s: %s): placing them by their "
+                              "CRI resources, without their annotations", type(again).__name__,
+                              clip(str(again), 200))
+                    for c in cache:
+                        c.workload = replace(c.workload, pod_annotations={}, container_annotations={})
+                    resmgr.restore(None)
             if old is not None:
                 old.retire()
             self._resmgr = resmgr

@@ -25,6 +25,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
@@ -249,7 +250,7 @@ def option_bool(options: Mapping[str, object], name: str, section: str, default:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ConfigValueError(f"policy.{section}.{name}: expected true or false, got {value!r}")
+    raise ConfigValueError(f"policy.{section}.{name}: expected true or false, got {short(value)}")
 
 
 def check_options(options: Mapping[str, object], known: Iterable[str], section: str) -> None:

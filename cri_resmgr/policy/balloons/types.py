@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
@@ -144,7 +145,7 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
     if raw is None:
         raw = []
     if not isinstance(raw, Sequence) or isinstance(raw, str):
-        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {raw!r}")
+        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {short(raw)}")
     parsed: dict[str, BalloonType] = {}
     for i, entry in enumerate(raw):
         where = f"{section}.BalloonTypes[{i}]"
@@ -152,7 +153,7 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
             entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
         t = parse_type(entry, where, pin, i)
         if t.name in parsed:
-            raise ConfigValueError(f"{where}.Name: balloon type {t.name!r} is defined twice")
+            raise ConfigValueError(f"{where}.Name: balloon type {short(t.name)} is defined twice")
         parsed[t.name] = t
     count = len(parsed)
     reserved = parsed.pop(RESERVED, None) or BalloonType(RESERVED, pin_memory=pin)
@@ -166,7 +167,7 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
 
 def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0) -> BalloonType:
     if not isinstance(entry, Mapping):
-        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {entry!r}")
+        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {short(entry)}")
     for key in entry:
         if key not in TYPE_OPTIONS:
             raise ConfigValueError(f"{where}.{key}: unknown balloon type option (known: {', '.join(TYPE_OPTIONS)})")
@@ -174,7 +175,7 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
     if not isinstance(name, str) or not name.strip():
         raise ConfigValueError(f"{where}.Name: missing (every balloon type needs a name)")
     if any(ch in name for ch in "[]/ ") or name != name.strip():
-        raise ConfigValueError(f"{where}.Name: {name!r} may not contain spaces, '/', '[' or ']'")
+        raise ConfigValueError(f"{where}.Name: {short(name)} may not contain spaces, '/', '[' or ']'")
     if name == RESERVED:
         fixed = [k for k in _RESERVED_FIXED if k in entry]
         if fixed:
@@ -195,17 +196,17 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
     priority_raw = entry.get("AllocatorPriority", "none")
     priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
     if priority is None:
-        raise ConfigValueError(f"{where}.AllocatorPriority: {priority_raw!r} is not one of "
+        raise ConfigValueError(f"{where}.AllocatorPriority: {short(priority_raw)} is not one of "
                                "performance, efficiency, none")
     share = entry.get("ShareIdleCPUsInSame")
     if share is not None:
         if not isinstance(share, str) or share.strip().lower() not in SHARE_LEVELS:
-            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {share!r} is not one of "
+            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {short(share)} is not one of "
                                    f"{', '.join(SHARE_LEVELS)}")
         share = share.strip().lower()
     cpu_class = entry.get("CpuClass", "")
     if not isinstance(cpu_class, str):
-        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {cpu_class!r}")
+        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {short(cpu_class)}")
     section = where.removeprefix("policy.")
     return BalloonType(
         name=name,
@@ -242,7 +243,7 @@ def _count(entry: Mapping[str, Any], key: str, where: str, default: int | None) 
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {value!r}")
+        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {short(value)}")
     if key in ("MaxCPUs", "MaxBalloons") and value == 0:
         return None  # 0 means no limit, as in the original policy
     return value
@@ -252,5 +253,5 @@ def _globs(value: Any, key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {value!r}")
+        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {short(value)}")
     return tuple(value)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.topology_aware.affinity import Rule, parse_rules
 from cri_resmgr.policy.topology_aware.memory import DEFAULT_KINDS, AnnotationError, parse_duration, parse_memory_type
@@ -95,6 +96,6 @@ def _levels(w: Workload, value: str | None) -> tuple[str, ...]:
         return LEVELS
     level = _LEVEL_ALIASES.get(text)
     if level is None:
-        raise AnnotationError(f"{UNLIMITED_BURSTABLE}: unknown level {value!r} "
+        raise AnnotationError(f"{UNLIMITED_BURSTABLE}: unknown level {short(value)} "
                               f"(one of {', '.join(sorted(_LEVEL_ALIASES))})")
     return LEVELS[:LEVELS.index(level) + 1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.topology_aware.pooltree import KINDS, Pool
 
 __all__ = ["AnnotationError", "parse_memory_type", "parse_duration", "memory_pool", "available_kinds", "DEFAULT_KINDS"]
@@ -21,7 +22,8 @@ __all__ = ["AnnotationError", "parse_memory_type", "parse_duration", "memory_poo
 DEFAULT_KINDS: tuple[str, ...] = ("dram",)
 _ALIASES = {"dram": "dram", "pmem": "pmem", "cxl": "pmem", "hbm": "hbm"}
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|)\s*$")
+_DURATION = re.compile(r"^\s*(\d{1,12}(?:\.\d{1,9})?)\s*(ms|s|m|h|)\s*$", re.ASCII)
+MAX_DURATION = 7 * 24 * 3600.0  # a week: a cold start longer than that is a typo
 
 
 class AnnotationError(ValueError):
@@ -38,10 +40,10 @@ def parse_memory_type(value: str | None) -> tuple[str, ...]:
         if not item:
             continue
         if item not in _ALIASES:
-            raise AnnotationError(f"memory-type: unknown memory type {item!r} (known: dram, pmem, cxl, hbm)")
+            raise AnnotationError(f"memory-type: unknown memory type {short(item)} (known: dram, pmem, cxl, hbm)")
         kinds.add(_ALIASES[item])
     if not kinds:
-        raise AnnotationError(f"memory-type: no memory type in {value!r}")
+        raise AnnotationError(f"memory-type: no memory type in {short(value)}")
     return tuple(k for k in KINDS if k in kinds)
 
 
@@ -51,10 +53,12 @@ def parse_duration(value: str | None, what: str = "cold-start") -> float | None:
         return None
     m = _DURATION.match(value)
     if m is None:
-        raise AnnotationError(f"{what}: expected a duration such as 30s, 500ms or 2m, got {value!r}")
+        raise AnnotationError(f"{what}: expected a duration such as 30s, 500ms or 2m, got {short(value)}")
     seconds = float(m.group(1)) * _UNITS[m.group(2)]
     if seconds <= 0:
-        raise AnnotationError(f"{what}: the duration must be positive, got {value!r}")
+        raise AnnotationError(f"{what}: the duration must be positive, got {short(value)}")
+    if seconds > MAX_DURATION:
+        raise AnnotationError(f"{what}: {short(value)} is longer than a week ({MAX_DURATION:g}s)")
     return seconds
 
 

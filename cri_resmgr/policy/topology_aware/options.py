@@ -21,6 +21,7 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import check_options, option_bool
 
@@ -65,10 +66,10 @@ def _namespaces(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",")]
     if not isinstance(value, Sequence) or isinstance(value, str):
-        raise ConfigValueError(f"{key}: expected a list of namespaces, got {value!r}")
+        raise ConfigValueError(f"{key}: expected a list of namespaces, got {short(value)}")
     out = []
     for item in value:
         if not isinstance(item, str) or not item.strip():
-            raise ConfigValueError(f"{key}: expected namespace names (globs allowed), got {item!r}")
+            raise ConfigValueError(f"{key}: expected namespace names (globs allowed), got {short(item)}")
         out.append(item.strip())
     return tuple(out)
