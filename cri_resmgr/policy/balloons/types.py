@@ -41,7 +41,7 @@ from cri_resmgr.topology.model import Level
 
 __all__ = [
     "BalloonType", "BalloonsConfig", "parse_config", "RESERVED", "DEFAULT", "SECTION",
-    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS",
+    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS", "check_node",
 ]
 
 SECTION = "policy.balloons"
@@ -222,6 +222,26 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
         pin_memory=option_bool(entry, "PinMemory", section, default=pin_default),
         cpu_class=cpu_class, order=order, configured=True,
     )
+
+
+def check_node(config: BalloonsConfig, assignable: int, online: int, threads: int = 1) -> None:
+    """Every count and size of every type within what this node holds: MinCPUs within
+    the CPUs balloons are made of (whole cores with HideHyperthreads), and MinBalloons
+    at most one balloon per such CPU (a million empty balloons is no configuration,
+    and would take the relay minutes to build). ConfigValueError names the key and
+    the node's numbers."""
+    node = f"this node has {online} CPUs online, {assignable} of them available to balloons"
+    for t in config.types:
+        if t.name == RESERVED or not t.configured:
+            continue
+        where = f"{SECTION}.BalloonTypes[{t.order if t.name != DEFAULT else 'Name=default'}]"
+        per_cpu = threads if t.hide_hyperthreads else 1
+        if t.min_cpus * per_cpu > assignable:
+            hidden = f" ({t.min_cpus * per_cpu} with HideHyperthreads)" if per_cpu > 1 else ""
+            raise ConfigValueError(f"{where}.MinCPUs: {t.min_cpus} CPUs{hidden} per balloon cannot be "
+                                   f"given: {node}")
+        if t.min_balloons > assignable:
+            raise ConfigValueError(f"{where}.MinBalloons: {t.min_balloons} balloons cannot be made: {node}")
 
 
 def _fixed_reserved(t: BalloonType) -> BalloonType:
