@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from cri_resmgr.bounded import short
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.api import PolicyContext
 from cri_resmgr.policy.quantity import parse_cpu_milli
@@ -149,7 +149,7 @@ def _section_value(section: Any, section_key: str) -> tuple[str, Any]:
         if isinstance(name, str) and name.lower() == "cpu":
             cpu_key, value = name, item
         else:
-            raise ConfigValueError(f"{section_key}.{name}: unknown resource (known: CPU)")
+            raise ConfigValueError(f"{section_key}.{clip(str(name), 60)}: unknown resource (known: CPU)")
     return f"{section_key}.{cpu_key}", value
 
 

@@ -25,7 +25,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cri_resmgr.bounded import short
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
@@ -259,7 +259,7 @@ def check_options(options: Mapping[str, object], known: Iterable[str], section: 
     for name in options:
         if name not in known:
             raise ConfigValueError(
-                f"policy.{section}.{name}: unknown option (known: {', '.join(known) or 'none'})"
+                f"policy.{section}.{clip(str(name), 60)}: unknown option (known: {', '.join(known) or 'none'})"
             )
 
 

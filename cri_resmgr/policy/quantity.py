@@ -60,11 +60,21 @@ def _ceil_non_negative(value: Fraction, text: object, what: str) -> int:
     return -((-value.numerator) // value.denominator)
 
 
+MAX_CPU_MILLI = 10**9  # a million CPUs: no node has more; a larger request is a mistake
+MAX_BYTES = 2**63 - 1  # what the CRI's int64 fields hold
+
+
 def parse_cpu_milli(text: str | int | float) -> int:
     """CPU quantity in millicores, rounded up: "500m" -> 500, "2.5" -> 2500."""
-    return _ceil_non_negative(parse_quantity(text) * 1000, text, "CPU quantity")
+    milli = _ceil_non_negative(parse_quantity(text) * 1000, text, "CPU quantity")
+    if milli > MAX_CPU_MILLI:
+        raise ValueError(f"CPU quantity {short(text)} is more than any node has ({MAX_CPU_MILLI // 1000} CPUs)")
+    return milli
 
 
 def parse_bytes(text: str | int | float) -> int:
     """Memory quantity in bytes, rounded up: "64Mi" -> 67108864, "1G" -> 10**9."""
-    return _ceil_non_negative(parse_quantity(text), text, "memory quantity")
+    value = _ceil_non_negative(parse_quantity(text), text, "memory quantity")
+    if value > MAX_BYTES:
+        raise ValueError(f"memory quantity {short(text)} is past what the CRI can carry (2^63-1 bytes)")
+    return value

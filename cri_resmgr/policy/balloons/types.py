@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from cri_resmgr.bounded import short
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
@@ -137,7 +137,8 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
     """The policy's option section as a BalloonsConfig; raises ConfigValueError naming the key."""
     for name in options:
         if name not in POLICY_OPTIONS:
-            raise ConfigValueError(f"{section}.{name}: unknown option (known: {', '.join(POLICY_OPTIONS)})")
+            raise ConfigValueError(f"{section}.{clip(str(name), 60)}: unknown option "
+                                   f"(known: {', '.join(POLICY_OPTIONS)})")
     pin = option_bool(options, "PinMemory", section.removeprefix("policy."), default=True)
     reserved_ns = _globs(options.get("ReservedPoolNamespaces", ["kube-system"]),
                          f"{section}.ReservedPoolNamespaces")
@@ -170,7 +171,8 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
         raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {short(entry)}")
     for key in entry:
         if key not in TYPE_OPTIONS:
-            raise ConfigValueError(f"{where}.{key}: unknown balloon type option (known: {', '.join(TYPE_OPTIONS)})")
+            raise ConfigValueError(f"{where}.{clip(str(key), 60)}: unknown balloon type option "
+                                   f"(known: {', '.join(TYPE_OPTIONS)})")
     name = entry.get("Name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigValueError(f"{where}.Name: missing (every balloon type needs a name)")
@@ -259,9 +261,9 @@ def _reordered(t: BalloonType, last: int) -> BalloonType:
 
 
 def _count(entry: Mapping[str, Any], key: str, where: str, default: int | None) -> Any:
-    value = entry.get(key, default)
-    if value is None:
-        return None
+    value = entry.get(key)
+    if value is None:  # absent, or `MinCPUs:` with no value: the default
+        return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {short(value)}")
     if key in ("MaxCPUs", "MaxBalloons") and value == 0:

@@ -95,7 +95,7 @@ def _rule(item: Any, where: str, sign: int) -> Rule:
         raise AnnotationError(f"{where}: expected a mapping with scope, match and weight, got {short(item)}")
     unknown = sorted(set(map(str, item)) - {"scope", "match", "weight"})
     if unknown:
-        raise AnnotationError(f"{where}.{unknown[0]}: unknown field (known: scope, match, weight)")
+        raise AnnotationError(f"{where}.{clip(unknown[0], 60)}: unknown field (known: scope, match, weight)")
     if item.get("match") is None:
         raise AnnotationError(f"{where}.match: missing")
     weight = item.get("weight", 1)
