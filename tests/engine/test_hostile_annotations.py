@@ -8,7 +8,7 @@ import json
 import logging
 
 import pytest
-from test_engine_fake_runtime import STATIC, Engine, besteffort, check_static_invariants, guaranteed
+from test_engine_fake_runtime import STATIC, Engine, besteffort, check_static_invariants
 
 from cri_resmgr import supervise
 from cri_resmgr.topology.cpuset import CPUSet
