@@ -78,9 +78,10 @@ class Throttle(logging.Filter):
     kind (logger, level and format, or the text's start when the format is only
     "%s"), `burst` pass per `interval` seconds; the next one to pass after some were
     dropped says how many. A line is also cut to `longest` characters: whatever its
-    values, a log line stays a line."""
+    values, a log line stays a line. A line an operator asked for (a rejected SIGHUP or
+    push) is logged with `extra=UNTHROTTLED` and always passes."""
 
-    def __init__(self, burst: int = 5, interval: float = 10.0, longest: int = 2000,
+    def __init__(self, burst: int = 10, interval: float = 10.0, longest: int = 2000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.burst, self.interval, self.longest, self._clock = burst, interval, longest, clock
@@ -90,7 +91,7 @@ class Throttle(logging.Filter):
         message = record.getMessage()
         if len(message) > self.longest:
             message = f"{message[:self.longest]}... ({len(message)} characters)"
-        if record.levelno < logging.WARNING:
+        if record.levelno < logging.WARNING or getattr(record, "unthrottled", False):
             self._set(record, message)
             return True
         fmt = record.msg if isinstance(record.msg, str) else ""

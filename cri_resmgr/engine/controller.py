@@ -36,6 +36,8 @@ from cri_resmgr.topology import Topology, discover
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
 
 log = logging.getLogger(__name__)
+# An answer to what an operator did: never rate-limited (logsetup.Throttle).
+UNTHROTTLED = {"unthrottled": True}
 
 
 class Feed(Protocol):
@@ -259,7 +261,7 @@ class Controller:
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
                 await self.apply(sources.without_agent(self._settings, self._registry.names(), self._fallback))
         except ConfigError as e:
-            log.error("rejected configuration from %s: %s", source, e)
+            log.error("rejected configuration from %s: %s", source, e, extra=UNTHROTTLED)
             return str(e)
         sources.remember_agent_config(self._settings, modules)
         return None
@@ -276,7 +278,7 @@ class Controller:
             await self.apply(config)
             log.info("SIGHUP: reloaded %s", path)
         except ConfigError as e:
-            log.error("SIGHUP: keeping the current configuration: %s", e)
+            log.error("SIGHUP: keeping the current configuration: %s", e, extra=UNTHROTTLED)
 
     async def apply(self, config: Config) -> None:
         async with self._apply_lock:
