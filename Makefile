@@ -13,7 +13,7 @@ deps:
 demo: deps
 	$(PY) -m tests.harness.demo
 
-# Lint, types (mypy --strict on the package, setup.cfg) and the layers (.importlinter,
+# Lint, types (mypy --strict on the package, the agent and the webhook; setup.cfg) and the layers (.importlinter,
 # docs/architecture.md): `make test` fails on any of them before running a test.
 lint: deps
 	$(VENV)/bin/ruff check cri_resmgr agent webhook tests

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from concurrent import futures
 
 import grpc
 from kubernetes.client.exceptions import ApiException
 
+from cri_resmgr import unixsocket
 from cri_resmgr._proto import agent_pb2, agent_pb2_grpc
 from cri_resmgr_agent.node_ops import NodeChange, NodeOpError, NodeOps, TaintSpec
 
@@ -28,10 +30,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     def __init__(self, ops: NodeOps) -> None:
         self._ops = ops
 
-    def GetNode(self, request, context):
+    def GetNode(self, request: agent_pb2.GetNodeRequest, context: grpc.ServicerContext) -> agent_pb2.NodeReply:
         return self._run(context, "GetNode", self._ops.get_node)
 
-    def PatchNode(self, request, context):
+    def PatchNode(self, request: agent_pb2.PatchNodeRequest, context: grpc.ServicerContext) -> agent_pb2.NodeReply:
         change = NodeChange(
             set_labels=dict(request.set_labels), remove_labels=list(request.remove_labels),
             set_annotations=dict(request.set_annotations), remove_annotations=list(request.remove_annotations),
@@ -39,11 +41,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             remove_taints=[TaintSpec(t.key, "", t.effect) for t in request.remove_taints])
         return self._run(context, "PatchNode", lambda: self._ops.patch_node(change))
 
-    def UpdateNodeCapacity(self, request, context):
+    def UpdateNodeCapacity(self, request: agent_pb2.UpdateNodeCapacityRequest,
+                           context: grpc.ServicerContext) -> agent_pb2.NodeReply:
         return self._run(context, "UpdateNodeCapacity",
                          lambda: self._ops.update_capacity(dict(request.set_capacity), list(request.remove_capacity)))
 
-    def _run(self, context, method: str, call) -> agent_pb2.NodeReply:
+    def _run(self, context: grpc.ServicerContext, method: str, call: Callable[[], bytes]) -> agent_pb2.NodeReply:
         try:
             return agent_pb2.NodeReply(node_json=call())
         except NodeOpError as exc:
@@ -59,10 +62,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
 
 def _api_message(exc: ApiException) -> str:
+    """The API server's own message from its Status body, else the HTTP reason."""
     try:
-        return json.loads(exc.body)["message"]
+        message = json.loads(exc.body)["message"] if exc.body else None
     except (TypeError, ValueError, KeyError):
-        return exc.reason or ""
+        message = None
+    return message if isinstance(message, str) else str(exc.reason or "")
 
 
 class AgentServer:
@@ -73,22 +78,23 @@ class AgentServer:
         self._socket_mode = socket_mode
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-rpc"))
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(ops), self._server)
+        self._bound = False  # the socket is ours to remove only once we bound it
 
     def start(self) -> None:
-        directory = os.path.dirname(os.path.abspath(self.socket_path))
-        if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
-            os.chmod(directory, 0o711)
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)
+        # A live socket is another agent's: refused (SocketError), not taken over.
+        unixsocket.prepare(os.path.abspath(self.socket_path), "agent")
         if self._server.add_insecure_port(f"unix://{os.path.abspath(self.socket_path)}") == 0:
             raise OSError(f"cannot listen on agent socket {self.socket_path}")
+        self._bound = True
         self._server.start()
         os.chmod(self.socket_path, self._socket_mode)
         log.info("agent service listening on %s", self.socket_path)
 
     def stop(self, grace: float = 1.0) -> None:
         self._server.stop(grace).wait()
+        if not self._bound:  # refused at start: the socket there is another agent's
+            return
+        self._bound = False
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:

@@ -97,7 +97,7 @@ def _serve(options: AgentOptions) -> None:
         raise flags.CommandError(f"cannot serve readiness on {options.health_address}: {exc}") from None
     try:
         agent.start()
-    except OSError as exc:
+    except (OSError, CriResmgrError) as exc:  # a bind failure, a socket another agent serves on
         agent.stop()
         raise flags.CommandError(str(exc)) from None
     stop = lambda signum, frame: agent.request_stop()  # noqa: E731

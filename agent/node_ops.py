@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cri_resmgr.errors import CriResmgrError
+from cri_resmgr_agent.kube import body
 
 MERGE_PATCH = "application/merge-patch+json"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -52,7 +53,7 @@ class NodeOps:
         self._timeout = request_timeout
 
     def get_node(self) -> bytes:
-        return self._core.read_node(self._node_name, _preload_content=False, _request_timeout=self._timeout).data
+        return body(self._core.read_node(self._node_name, _preload_content=False, _request_timeout=self._timeout))
 
     def patch_node(self, change: NodeChange) -> bytes:
         metadata = _map_patch("label", change.set_labels, change.remove_labels)
@@ -95,13 +96,13 @@ class NodeOps:
         for name in remove_capacity:
             _check_extended_resource(name)
             capacity[name] = None
-        return self._core.patch_node_status(self._node_name, {"status": {"capacity": capacity}},
-                                            _content_type=MERGE_PATCH, _preload_content=False,
-                                            _request_timeout=self._timeout).data
+        return body(self._core.patch_node_status(self._node_name, {"status": {"capacity": capacity}},
+                                                 _content_type=MERGE_PATCH, _preload_content=False,
+                                                 _request_timeout=self._timeout))
 
     def _patch(self, patch: dict[str, Any]) -> bytes:
-        return self._core.patch_node(self._node_name, patch, _content_type=MERGE_PATCH,
-                                     _preload_content=False, _request_timeout=self._timeout).data
+        return body(self._core.patch_node(self._node_name, patch, _content_type=MERGE_PATCH,
+                                          _preload_content=False, _request_timeout=self._timeout))
 
 
 def _map_patch(what: str, set_: Mapping[str, str], remove: Iterable[str]) -> dict[str, str | None]:

@@ -41,16 +41,17 @@ class HealthServer:
 
     @property
     def address(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return f"{host}:{port}"
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: forever if it never ran
+            self._server.shutdown()
+            self._thread.join()
         self._server.server_close()
-        self._thread.join()
 
 
 def _handler(readiness: Readiness) -> type[BaseHTTPRequestHandler]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from kubernetes import watch
@@ -35,7 +35,9 @@ class Consumer(Protocol):
 # Returns the objects and the version to watch from.
 ListFunc = Callable[[], tuple[list[Obj], str]]
 # Starts a watch stream on `watcher` from a version: watcher.stream(api_func, resource_version=..., ...).
-WatchFunc = Callable[[watch.Watch, str], Any]
+# A watch's events as the client's stream yields them: "type", "object", "raw_object".
+WatchEvent = dict[str, Any]
+WatchFunc = Callable[[watch.Watch, str], Iterator[WatchEvent]]
 
 
 class Reflector:

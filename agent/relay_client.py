@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import grpc
 
@@ -13,6 +14,9 @@ from cri_resmgr.errors import CriResmgrError
 
 class RelayUnavailable(CriResmgrError):
     """The relay did not answer (not running, or restarting)."""
+
+
+R = TypeVar("R")
 
 
 class RelayConfigClient:
@@ -26,17 +30,17 @@ class RelayConfigClient:
         """Returns the relay's rejection reason, or None when it accepted the configuration."""
         request = config_pb2.SetConfigRequest(node_name=node_name, data=dict(data), source=source,
                                               resource_version=resource_version)
-        return self._call("SetConfig", request).error or None
+        return self._call(lambda stub: stub.SetConfig(request, timeout=self._timeout)).error or None
 
     def get_config(self) -> dict[str, str]:
-        return dict(self._call("GetConfig", config_pb2.GetConfigRequest()).data)
+        return dict(self._call(lambda stub: stub.GetConfig(config_pb2.GetConfigRequest(), timeout=self._timeout)).data)
 
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
 
-    def _call(self, method: str, request):
+    def _call(self, call: Callable[[config_pb2_grpc.ConfigStub], R]) -> R:
         if not os.path.exists(self.socket_path):
             raise RelayUnavailable(f"no config socket at {self.socket_path}")
         if self._channel is None:
@@ -46,10 +50,11 @@ class RelayConfigClient:
                                                   options=[("grpc.use_local_subchannel_pool", 1)])
         stub = config_pb2_grpc.ConfigStub(self._channel)
         try:
-            return getattr(stub, method)(request, timeout=self._timeout)
+            return call(stub)
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            # What a channel raises is also a grpc.Call (its code and details).
+            if isinstance(exc, grpc.Call) and exc.code() in (grpc.StatusCode.UNAVAILABLE,
+                                                              grpc.StatusCode.DEADLINE_EXCEEDED):
                 # A fresh channel next time: a failed one waits out gRPC's own
                 # reconnect backoff (up to minutes) before trying again.
                 self.close()

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 
 from cri_resmgr_agent.backoff import Backoff
+from cri_resmgr_agent.kube import body
 from cri_resmgr_agent.pusher import PushOutcome
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class ClusterReporter:
         patch = {"metadata": {"annotations": {CONFIG_ERROR_ANNOTATION: error}}}
         response = self._core.patch_node(self._node_name, patch, _content_type="application/merge-patch+json",
                                          _preload_content=False, _request_timeout=self._timeout)
-        uid = json.loads(response.data)["metadata"].get("uid")
+        uid = json.loads(body(response))["metadata"].get("uid")
         now = datetime.now(UTC)
         if error:
             reason, kind, message = "ConfigRejected", "Warning", f"{outcome.source} rejected by cri-resmgr: {error}"

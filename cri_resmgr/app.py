@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 
@@ -88,8 +89,9 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
         if failing:
             log.info("reconcile with the runtime works again")
         failing = False
-        if counts["gone"] or counts["adopted"]:
-            log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted", counts)
+        if counts["gone"] or counts["adopted"] or counts["resent"]:
+            log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted, "
+                     "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
 
 
 def _on_sighup(controller: Controller) -> None:
@@ -123,10 +125,36 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     # front end (a relay on another socket, the NRI plugin) manages the state directory.
     try:
         sockets.prepare(sockets.strip_scheme(settings.relay_socket))
+        if settings.config_socket != DISABLED:  # another relay's, live: not ours to take over
+            sockets.prepare(sockets.strip_scheme(settings.config_socket), "config")
         state_lock = statelock.acquire(settings.state_dir, "cri-resmgr relay")
-    except (sockets.SocketError, statelock.StateDirBusy) as e:
+    except (sockets.SocketError, statelock.StateDirError) as e:
         log.error("%s", e)
         return 1
+    # The metrics address is bound now, not once the runtime answers: taken by another process,
+    # it would answer `-probe` and `cri-resmgr status` in this relay's name; so refuse to start.
+    http = None
+    if settings.metrics_address:
+        try:
+            http = health.listen(settings.metrics_address)
+        except OSError as e:
+            log.error("cannot serve metrics on %s: %s; refusing to start without /readyz and /state "
+                      "(give a free -metrics-address, or none)", settings.metrics_address, e.strerror or e)
+            state_lock.release()
+            return 1
+    try:
+        return await _serve(settings, registry, set_debug, methods, (runtime, image, primary), http)
+    finally:
+        if http is not None:
+            await asyncio.to_thread(http.shutdown)
+            http.server_close()
+        state_lock.release()
+
+
+async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bool], None] | None,
+                 methods: MethodTable, upstreams: tuple[Upstream | None, Upstream | None, Upstream],
+                 http: WSGIServer | None) -> int:
+    runtime, image, primary = upstreams
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -174,13 +202,9 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
         await relay.stop(0)
         await controller.close()
         return 1
-    http = None
-    if settings.metrics_address:
-        try:
-            http = health.serve(settings.metrics_address, metrics.registry(controller, relay),
-                                health.on_loop(controller, loop), endpoint.on_loop(controller, loop))
-        except OSError as e:
-            log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
+    if http is not None:
+        health.attach(http, metrics.registry(controller, relay), health.on_loop(controller, loop),
+                      endpoint.on_loop(controller, loop))
     # Supervised (supervise.py): an error nobody expected is logged and the task restarted.
     reconciling = None
     if settings.reconcile_period > 0:  # a no-op while the none policy is in force
@@ -201,13 +225,10 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
     for task in (reconciling, exporting):
         if task is not None:
             task.cancel()
-    if http is not None:
-        await asyncio.to_thread(http.shutdown)
     await relay.stop(STOP_GRACE_SECONDS)
     if config_server is not None:
         await config_server.stop()
     await controller.close()
     for up in {id(u): u for u in (runtime, image) if u is not None}.values():
         await up.close()
-    state_lock.release()
     return 0

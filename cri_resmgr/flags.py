@@ -12,6 +12,7 @@ it beside the webhook package and nothing else of cri-resmgr (.importlinter).
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ __all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Va
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT
+EXIT_BROKEN_PIPE = 141  # what a shell reports for SIGPIPE: `cri-resmgr ... | head` stopped reading
 HELP_NAMES = ("h", "help")
 VERSION_NAME = "version"
 
@@ -158,6 +160,15 @@ class Command:
         """Parses argv and calls body with the values; returns the exit code: body's,
         0 after -help, or a CommandError's after printing its one line."""
         try:
+            code = self._run(argv, body)
+            sys.stdout.flush()  # here, not at exit: a reader gone away is handled below
+            return code
+        except BrokenPipeError:  # `cri-resmgr ... | head`: the reader has what it wanted
+            _drop_stdout()
+            return EXIT_BROKEN_PIPE
+
+    def _run(self, argv: Sequence[str], body: Callable[[Values], int]) -> int:
+        try:
             return body(self.parse(argv))
         except HelpRequested:
             print(self.help())
@@ -245,6 +256,17 @@ class Command:
             lines += ["  -version, --version", " " * 8 + "Print the version and exit."]
         lines += ["  -h, -help, --help", " " * 8 + "Show this help and exit."]
         return "\n".join(lines)
+
+
+def _drop_stdout() -> None:
+    """The reader of stdout went away (`| head`): what is still buffered goes nowhere, so that
+    the interpreter's last flush at exit raises no second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's StringIO): nothing is left to flush
+        pass
 
 
 def _default_note(flag: Flag[object]) -> str:

@@ -92,15 +92,44 @@ class _Quiet(WSGIRequestHandler):
         pass  # one line per scrape or probe would flood the log
 
 
-def serve(address: str, registry: CollectorRegistry, ready: Callable[[], str | None],
-          state: Callable[[], tuple[str, bytes]] | None = None) -> WSGIServer:
-    """Starts serving on a daemon thread; raises OSError when the address cannot be bound."""
+def listen(address: str, waiting_for: str = "the runtime") -> WSGIServer:
+    """Binds `address` and serves it at once, before the engine exists: /healthz is 200, /readyz
+    and the rest 503 "starting: waiting for ...", until attach() puts the real endpoint in place.
+    Raises OSError when the address cannot be bound (in use: then `-probe` and `status` would
+    talk to whoever holds it, so the caller refuses to start)."""
     host, port = split_address(address)
     server_class = type("Server", (_Server,), {"address_family": _family(host)})
-    server: WSGIServer = make_server(host, port, app(registry, ready, state), server_class, handler_class=_Quiet)
+    server: WSGIServer = make_server(host, port, _starting(waiting_for), server_class, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    log.info("metrics on http://%s:%d/metrics, health on /healthz and /readyz", host, port)
     return server
+
+
+def attach(server: WSGIServer, registry: CollectorRegistry, ready: Callable[[], str | None],
+           state: Callable[[], tuple[str, bytes]] | None = None) -> None:
+    """The real endpoint on a listen()ing server, from the next request on."""
+    server.set_app(app(registry, ready, state))
+    host, port = server.server_address[:2]
+    log.info("metrics on http://%s:%d/metrics, health on /healthz and /readyz", host, port)
+
+
+def serve(address: str, registry: CollectorRegistry, ready: Callable[[], str | None],
+          state: Callable[[], tuple[str, bytes]] | None = None) -> WSGIServer:
+    """listen() and attach() at once; raises OSError when the address cannot be bound."""
+    server = listen(address)
+    attach(server, registry, ready, state)
+    return server
+
+
+def _starting(waiting_for: str) -> Callable[..., Iterable[bytes]]:
+    def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        code, text = ("200 OK", "ok") if path == "/healthz" else \
+            ("503 Service Unavailable", f"starting: waiting for {waiting_for}")
+        body = (text + "\n").encode()
+        start_response(code, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return dispatch
 
 
 def _family(host: str) -> int:

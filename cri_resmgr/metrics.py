@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from cri_resmgr import __version__
 from cri_resmgr.buckets import BOUNDS_NS, HistogramSnapshot
+from cri_resmgr.engine.classes import ClassStats
 from cri_resmgr.engine.controller import EngineStats
 from cri_resmgr.engine.usage import NodeUsage
 from cri_resmgr.transport.contract import TransportStats
@@ -48,6 +49,22 @@ def _buckets(h: HistogramSnapshot) -> list[tuple[str, float]]:
         total += n
         out.append((le, float(total)))
     return out
+
+
+def _class_families(c: ClassStats) -> Iterator[Metric]:
+    """Block I/O and RDT classes (docs/classes.md)."""
+    given = CounterMetricFamily("cri_resmgr_class_assignments", "Containers given a block I/O or RDT class "
+                                "(counted when a container gets it)", labels=["kind", "class"])
+    for (kind, name), n in sorted(c.assignments.items()):
+        given.add_metric([kind, name], n)
+    yield given
+    failed = CounterMetricFamily("cri_resmgr_class_failures", "Block I/O rules or RDT groups and tasks that could "
+                                 "not be written", labels=["kind"])
+    for kind, n in sorted(c.failures.items()):
+        failed.add_metric([kind], n)
+    yield failed
+    yield CounterMetricFamily("cri_resmgr_class_unknown", "Annotations naming a class the configuration does not "
+                              "have (the container runs without one)", value=c.unknown)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -84,6 +101,11 @@ class EngineCollector(Collector):
                                       "Time the policy took to place a new container (since the last policy switch)")
             h.add_metric([], _buckets(s.decision_latency), s.decision_latency.sum_ns / 1e9)
             yield h
+        yield CounterMetricFamily("cri_resmgr_resizes", "In-place resizes the policy re-decided",
+                                  value=s.resizes)
+        yield CounterMetricFamily("cri_resmgr_resizes_refused",
+                                  "In-place resizes that could not be met (kubelet's update failed): each is logged",
+                                  value=s.resizes_refused)
         yield CounterMetricFamily("cri_resmgr_released_on_exit", "Containers released when seen exited",
                                   value=s.released_on_exit)
         yield CounterMetricFamily("cri_resmgr_requests_not_met",
@@ -97,6 +119,9 @@ class EngineCollector(Collector):
                                   value=s.updates_sent)
         yield CounterMetricFamily("cri_resmgr_updates_failed", "Unsolicited updates given up after retries",
                                   value=s.updates_failed)
+        yield CounterMetricFamily("cri_resmgr_updates_resent_after_start",
+                                  "Updates that raced the container's StartContainer, sent again after it",
+                                  value=s.updates_resent_after_start)
         yield _gauge("cri_resmgr_containers", "Containers tracked by the cache", s.containers)
         if s.dump_dropped is not None:
             yield CounterMetricFamily("cri_resmgr_dump_dropped", "Dump messages dropped (queue full)",
@@ -107,11 +132,14 @@ class EngineCollector(Collector):
                                   value=r.failed)
         fixed = CounterMetricFamily("cri_resmgr_reconcile_fixed_containers",
                                     "What reconciles fixed: containers removed behind the relay's back and "
-                                    "released (gone), running ones it did not know and placed (adopted)",
+                                    "released (gone), running ones it did not know and placed (adopted), "
+                                    "running ones whose cgroup's cpuset was not the policy's, sent it again (resent)",
                                     labels=["action"])
         fixed.add_metric(["gone"], r.gone)
         fixed.add_metric(["adopted"], r.adopted)
+        fixed.add_metric(["resent"], r.resent)
         yield fixed
+        yield from _class_families(s.classes)
 
     def _transport_families(self, t: TransportStats) -> Iterator[Metric]:
         if t.runtime_up is not None:

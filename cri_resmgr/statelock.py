@@ -18,7 +18,11 @@ from cri_resmgr.errors import CriResmgrError
 LOCK_FILE = "lock"
 
 
-class StateDirBusy(CriResmgrError):
+class StateDirError(CriResmgrError):
+    """The state directory cannot be used (not a directory, cannot be created or locked)."""
+
+
+class StateDirBusy(StateDirError):
     """Another cri-resmgr process holds the state directory."""
 
 
@@ -35,11 +39,17 @@ class StateLock:
 
 def acquire(state_dir: str, front_end: str) -> StateLock:
     """The lock on `state_dir` (created, mode 0700, if missing); raises StateDirBusy
-    naming the holder, or OSError when the directory cannot be used."""
+    naming the holder, or StateDirError when the directory cannot be used."""
     directory = Path(state_dir)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:  # a file of that name, /proc, a read-only mount: one line naming it
+        what = "exists and is not a directory" if directory.exists() and not directory.is_dir() else \
+            (e.strerror or str(e)).lower()
+        raise StateDirError(f"state directory {state_dir} cannot be used: {what} "
+                            f"({e.filename or state_dir}); give another -state-dir") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -28,6 +28,13 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# containerd 1.7.24 and 2.1.9 for the NRI and relay tests: Debian's packages, unpacked
+# into /var/cache/cri-resmgr-test (nothing installed; scripts/fetch-runtimes.sh). Without
+# them those tests skip, and fail under CI=true.
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/fetch-runtimes.sh || echo "install-deps: newer containerd releases not fetched (tests needing them skip; fail under CI=true)" >&2
+fi
+
 # A package's postinst may have started the system containerd; we never use
 # nor stop it: our tests and demo run throwaway instances on their own sockets.
 

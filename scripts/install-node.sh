@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs cri-resmgr on a node (Debian 12, Ubuntu, RHEL-like; docs/node-install.md), or
 # removes it again:
-#   scripts/install-node.sh [install] [--agent] [--webhook] [--from WHEEL|SOURCE_DIR]
+#   scripts/install-node.sh [install] [--agent] [--webhook] [--nri] [--from WHEEL|SOURCE_DIR]
 #   scripts/install-node.sh uninstall
 # install: a self-contained virtualenv under $PREFIX (the relay's run-time dependencies and,
-# where it installs, uvloop;
-# --agent adds the kubernetes client and links cri-resmgr-agent, --webhook links
-# cri-resmgr-webhook), the commands linked into $BINDIR, the systemd unit, and, only where
-# absent, /etc/default/cri-resmgr and /etc/cri-resmgr/fallback.yaml: an operator's files are
-# never overwritten. Everything it adds is listed in $PREFIX/installed-files, which uninstall
+# where it installs, uvloop; --agent adds the kubernetes client and links cri-resmgr-agent,
+# --webhook links cri-resmgr-webhook, --nri links cri-resmgr-nri, the NRI plugin, with its
+# unit and /etc/default/cri-resmgr-nri: docs/nri.md), the commands linked into $BINDIR, the
+# systemd unit, and, only where absent, /etc/default/cri-resmgr and
+# /etc/cri-resmgr/fallback.yaml: an operator's files are never overwritten. Everything it adds is listed in $PREFIX/installed-files, which uninstall
 # follows: it removes what install added and nothing else (a configuration file the
 # operator has changed since stays). It enables and starts nothing: kubelet must be pointed
 # at the relay first (docs/node-install.md).
@@ -30,12 +30,13 @@ say() { echo "install-node: $*"; }
 sum() { sha256sum "$1" | cut -d' ' -f1; }
 
 action=install
-extras=() commands=(cri-resmgr) from=""
+extras=() commands=(cri-resmgr) units=(cri-resmgr) from=""
 while (($#)); do
   case $1 in
     install|uninstall) action=$1 ;;
     --agent) extras+=(agent); commands+=(cri-resmgr-agent) ;;
     --webhook) commands+=(cri-resmgr-webhook) ;;  # standard library only: no extra
+    --nri) commands+=(cri-resmgr-nri); units+=(cri-resmgr-nri) ;;  # the relay's dependencies only
     --from) from=${2:?--from needs a wheel or a source directory}; shift ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
@@ -55,26 +56,44 @@ uninstall() {
     die "cri-resmgr.service is running: point kubelet back at the runtime, then" \
         "'systemctl disable --now cri-resmgr' (docs/node-install.md, rollback)"
   fi
-  local lines=() i kind path want
+  local lines=() left=() dirs=() i kind path want
   mapfile -t lines < "$ROOT$MANIFEST"
-  rm -f "$ROOT$MANIFEST"
-  # Last added first: files before the directories that hold them.
+  # Last added first: files before the directories that hold them. What cannot be removed
+  # stays in the manifest, which goes last: a failed uninstall can be run again and
+  # orphans nothing.
   for ((i = ${#lines[@]} - 1; i >= 0; i--)); do
     read -r kind path want <<< "${lines[i]}"
+    case $path in
+      /?*) ;;
+      *) say "cannot use manifest line '${lines[i]}': not an absolute path"; left=("${lines[i]}" "${left[@]}"); continue ;;
+    esac
     case $kind in
-      link) [ -L "$ROOT$path" ] && rm -f "$ROOT$path" ;;
-      file) rm -f "$ROOT$path" ;;
-      tree) rm -rf "${ROOT:?}$path" ;;  # a venv of ours, recorded by path: never a guess
+      link) [ ! -L "$ROOT$path" ] || rm -f -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}") ;;
+      file) rm -f -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}") ;;
+      tree)  # a venv of ours, recorded by path: never a guess, never outside $PREFIX
+        case $path in
+          "$PREFIX"/venv-*[!/]) [[ $path != *..* ]] && rm -rf -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}") ;;
+          *) say "not removing $path: not a venv under $PREFIX"; left=("${lines[i]}" "${left[@]}") ;;
+        esac ;;
       conf)
         if [ -f "$ROOT$path" ] && [ "$(sum "$ROOT$path")" != "$want" ]; then
           say "kept $path: changed since it was installed"
         else
-          rm -f "$ROOT$path"
+          rm -f -- "$ROOT$path" || left=("${lines[i]}" "${left[@]}")
         fi ;;
-      dir) rmdir "$ROOT$path" 2>/dev/null || true ;;  # kept when something else is inside
+      dir) dirs+=("$path") ;;  # after the manifest, which one of them holds
+      *) say "cannot use manifest line '${lines[i]}': unknown kind"; left=("${lines[i]}" "${left[@]}") ;;
     esac
   done
-  [ -z "$ROOT" ] && [ -d /run/systemd/system ] && systemctl daemon-reload
+  if ((${#left[@]})); then
+    { for path in "${dirs[@]}"; do echo "dir $path"; done | sort -u; printf '%s\n' "${left[@]}"; } > "$ROOT$MANIFEST.tmp"
+    mv -f "$ROOT$MANIFEST.tmp" "$ROOT$MANIFEST"
+    die "could not remove ${#left[@]} of the installed paths (above); they stay listed in $ROOT$MANIFEST:" \
+        "fix the cause and run uninstall again"
+  fi
+  rm -f -- "$ROOT$MANIFEST"
+  for path in "${dirs[@]}"; do rmdir -- "$ROOT$path" 2>/dev/null || true; done  # kept when something else is inside
+  if [ -z "$ROOT" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
   say "removed cri-resmgr (the relay's state, /var/lib/cri-resmgr, is left alone)"
 }
 
@@ -109,15 +128,15 @@ install_conf() {  # $1 source, $2 target: put in place only when absent (the ope
   record conf "$dst" "$(sum "$ROOT$dst")"
 }
 
-install_unit() {  # replaced on every install (customize with drop-ins), unless it is not ours
-  local dst=$UNITDIR/cri-resmgr.service
+install_unit() {  # $1: the unit's name; replaced on every install (customize with drop-ins), unless it is not ours
+  local name=$1 dst=$UNITDIR/$1.service
   make_dir "$UNITDIR"
   if [ -e "$ROOT$dst" ] && [ -z "${ours[$dst]:-}" ]; then
     say "kept $dst: not installed by this script"
     return
   fi
   sed -e "s#/usr/local/bin/#$BINDIR/#g" -e "s#/etc/cri-resmgr/#$SYSCONFDIR/cri-resmgr/#g" \
-      -e "s#/etc/default/#$SYSCONFDIR/default/#g" "$here/node/cri-resmgr.service" > "$ROOT$dst.tmp"
+      -e "s#/etc/default/#$SYSCONFDIR/default/#g" "$here/node/$name.service" > "$ROOT$dst.tmp"
   chmod 0644 "$ROOT$dst.tmp"
   mv -f "$ROOT$dst.tmp" "$ROOT$dst"
   record file "$dst"
@@ -135,6 +154,19 @@ link_command() {
   local dst=$BINDIR/$1
   ln -sfn "$ROOT$PREFIX/current/bin/$1" "$ROOT$dst"
   record link "$dst"
+}
+
+drop_stale_units() {  # units of an earlier install left out this time (no --nri now); their
+  local path          # defaults files stay recorded, for uninstall to judge
+  for path in "${!ours[@]}"; do
+    case ${ours[$path]%% *} in
+      file) [ "$(dirname "$path")" = "$UNITDIR" ] || continue
+            printf '%s\n' "${new_manifest[@]}" | grep -qxF "file $path" || rm -f "$ROOT$path" ;;
+      conf) [ "$(dirname "$path")" = "$SYSCONFDIR/default" ] && [ -e "$ROOT$path" ] || continue
+            printf '%s\n' "${new_manifest[@]}" | grep -q "^conf $path " || record "conf $path ${ours[$path]#conf }" ;;
+    esac
+  done
+  return 0
 }
 
 drop_stale_links() {  # commands of an earlier install left out this time (no --agent now)
@@ -195,7 +227,11 @@ install_all() {
   drop_stale_links
   install_conf "$here/node/cri-resmgr.default" "$SYSCONFDIR/default/cri-resmgr"
   install_conf "$here/node/fallback.yaml" "$SYSCONFDIR/cri-resmgr/fallback.yaml"
-  install_unit
+  for name in "${units[@]}"; do
+    [ "$name" = cri-resmgr ] || install_conf "$here/node/$name.default" "$SYSCONFDIR/default/$name"
+    install_unit "$name"
+  done
+  drop_stale_units
   # Directories first in the manifest, parents before children (uninstall works backwards), each once.
   { printf '%s\n' "${new_manifest[@]}" | awk '$1 == "dir"' | sort -u
     printf '%s\n' "${new_manifest[@]}" | awk '$1 != "dir" && !seen[$0]++'; } > "$ROOT$MANIFEST.tmp"
@@ -203,6 +239,9 @@ install_all() {
   if [ -z "$ROOT" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
   say "installed $("$ROOT$BINDIR/cri-resmgr" --version) (${commands[*]})"
   say "next: point kubelet at the relay and enable it, docs/node-install.md"
+  [[ " ${units[*]} " == *" cri-resmgr-nri "* ]] &&
+    say "or, instead of the relay: enable NRI in the runtime, then 'systemctl enable --now cri-resmgr-nri' (docs/nri.md)"
+  return 0
 }
 
 case $action in

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import runtimes
 from tests.harness.containerd import Containerd
+from tests.harness.hostguard import _host_untouched  # noqa: F401 (autouse: no test touches the host's paths)
 from tests.harness.kubelet import Kubelet
 
 _NEEDED_BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
@@ -100,3 +102,43 @@ def kubelet(containerd: Containerd, cgroup_root: str) -> Iterator[Kubelet]:
             driver.delete_all_pods()
         finally:
             driver.close()
+
+
+def _newer_containerd(version: str) -> Iterator[Containerd]:
+    """A throwaway containerd of a newer release (tests/harness/runtimes.py), NRI enabled
+    (no plugin connected: transparent to CRI clients). Missing: a skip, a failure under
+    CI=true (`make deps` fetches it; a skip there would hide a broken install)."""
+    why = runtimes.missing_reason(version)
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"containerd {version} cannot run in CI: {why}")
+        pytest.skip(why)
+    instance = Containerd(_instance_dir("crirm-ctn-"), owned_cgroup_roots=[f"/crirm-test-{secrets.token_hex(4)}"],
+                          bin_dir=runtimes.containerd_bin_dir(version), major=runtimes.major(version), nri=True,
+                          version=version)
+    try:
+        instance.start()
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture(scope="session")
+def containerd_17() -> Iterator[Containerd]:
+    """containerd 1.7.24 (NRI v0.6), one per session."""
+    yield from _newer_containerd(runtimes.CONTAINERD_17)
+
+
+@pytest.fixture(scope="session")
+def containerd_2() -> Iterator[Containerd]:
+    """containerd 2.1.9 (CRI v1 only; NRI on by default), one per session."""
+    yield from _newer_containerd(runtimes.CONTAINERD_2)
+
+
+@pytest.fixture
+def runtime(request: pytest.FixtureRequest) -> Containerd:
+    """The runtime a test runs against: the session's 1.6 unless the test parametrizes it
+    indirectly with a version (`@pytest.mark.parametrize("runtime", RUNTIMES, indirect=True)`)."""
+    version = getattr(request, "param", "1.6")
+    fixture = {"1.6": "containerd", runtimes.CONTAINERD_17: "containerd_17", runtimes.CONTAINERD_2: "containerd_2"}
+    return request.getfixturevalue(fixture[version])  # type: ignore[no-any-return]

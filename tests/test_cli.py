@@ -170,7 +170,7 @@ def test_debug_sources_turn_on_ours_not_grpcs_or_asyncios():
 def test_runtime_wait_timeout_fails_clearly(tmp_path):
     r = run("-policy", "null", "-relay-socket", str(tmp_path / "r.sock"),
             "-runtime-socket", str(tmp_path / "missing.sock"), "-config-socket", "-",
-            "-runtime-wait-timeout", "1")
+            "-state-dir", str(tmp_path / "state"), "-runtime-wait-timeout", "1")
     assert r.returncode == 1
     assert f"runtime at {tmp_path / 'missing.sock'} not ready after 1s" in r.stderr
 

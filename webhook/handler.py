@@ -36,8 +36,9 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     server: WebhookServer
 
     def setup(self) -> None:
-        self.timeout = self.server.config.idle_timeout
         super().setup()
+        # What StreamRequestHandler.setup does with a class's `timeout`, per server.
+        self.connection.settimeout(self.server.config.idle_timeout)
 
     def parse_request(self) -> bool:
         # The request line has arrived: from here on the connection is busy

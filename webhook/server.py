@@ -132,7 +132,7 @@ class WebhookServer(ThreadingHTTPServer):
             return
         self.connections.opened(tls)
         try:
-            self.RequestHandlerClass(tls, client_address, self)
+            super().finish_request(tls, client_address)  # the handler, on the TLS socket
         except OSError as err:
             self.logger.debug("connection from %s: %s", _peer(client_address), err)
         finally:

@@ -7,13 +7,14 @@ the key, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from cri_resmgr.bounded import InputError, clip, load_yaml, short
+from cri_resmgr.config.classes import BlockioConfig, ClassConfigError, RdtConfig, parse_blockio, parse_rdt
 from cri_resmgr.errors import CriResmgrError
 
 # Pods in these namespaces (globs) run on the reserved CPUs (policy.ReservedPoolNamespaces).
@@ -22,6 +23,9 @@ DEFAULT_RESERVED_NAMESPACES: tuple[str, ...] = ("kube-system",)
 
 class ConfigError(CriResmgrError, ValueError):
     pass
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     dump: DumpConfig = field(default_factory=DumpConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    blockio: BlockioConfig = field(default_factory=BlockioConfig)  # block I/O classes (config/classes.py)
+    rdt: RdtConfig = field(default_factory=RdtConfig)  # RDT classes (config/classes.py)
     source: str = "defaults"
 
     def to_document(self) -> dict[str, Any]:
@@ -69,10 +75,12 @@ class Config:
             "dump": {"Config": ",".join(self.dump.specs), "File": self.dump.file,
                      "Format": self.dump.format, "Unredacted": self.dump.unredacted},
             "logger": {"Debug": self.logger.debug},
+            "blockio": self.blockio.to_document(),
+            "rdt": self.rdt.to_document(),
         }
 
 
-MODULES = ("policy", "dump", "logger")
+MODULES = ("policy", "dump", "logger", "blockio", "rdt")
 
 
 def parse_document(text: str, source: str, policy_names: Iterable[str]) -> Config:
@@ -116,8 +124,17 @@ def _build(data: Mapping[str, Any], source: str, policy_names: Iterable[str]) ->
         policy=_policy(_section(data, "policy", source), source, names),
         dump=_dump(_section(data, "dump", source), source),
         logger=_logger(_section(data, "logger", source), source),
+        blockio=_classes(parse_blockio, _section(data, "blockio", source), source),
+        rdt=_classes(parse_rdt, _section(data, "rdt", source), source),
         source=source,
     )
+
+
+def _classes(parse: Callable[[Mapping[str, Any]], T], data: Mapping[str, Any], source: str) -> T:
+    try:
+        return parse(data)
+    except ClassConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def _section(data: Mapping[str, Any], name: str, source: str) -> Mapping[str, Any]:
@@ -194,7 +211,7 @@ def _dump(d: Mapping[str, Any], source: str) -> DumpConfig:
     file = d.get("File")
     if file is not None and not isinstance(file, str):
         raise ConfigError(f"{source}: dump.File: expected a path")
-    from cri_resmgr.dump import DumpSpecError, parse_specs
+    from cri_resmgr.dump.rules import DumpSpecError, parse_specs
 
     try:
         parse_specs(list(specs))

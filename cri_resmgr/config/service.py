@@ -16,6 +16,7 @@ from typing import Protocol
 
 import grpc
 
+from cri_resmgr import unixsocket
 from cri_resmgr._proto import config_pb2, config_pb2_grpc
 from cri_resmgr.config.settings import DEFAULT_CONFIG_SOCKET
 
@@ -63,13 +64,10 @@ class ConfigServicer(config_pb2_grpc.ConfigServicer):
 
 
 def prepare_socket_path(path: str) -> None:
-    """Creates the socket's directory (0711: others may reach but not list it) and removes a stale socket."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory, exist_ok=True)
-        os.chmod(directory, 0o711)
-    if os.path.exists(path) or os.path.islink(path):
-        os.unlink(path)
+    """Creates the socket's directory (0711: others may reach but not list it) and removes a stale
+    socket; raises SocketError for a live one (another relay's: taking it over would leave that
+    relay without its Config service, silently) or a path that is not a socket."""
+    unixsocket.prepare(os.path.abspath(path), "config")
 
 
 class ConfigServer:

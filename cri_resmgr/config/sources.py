@@ -106,7 +106,7 @@ def _saved_agent_config(path: Path) -> dict[str, str] | None:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_SIZE + 1)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing saved; an unusable state dir is refused at start
         return None
     except OSError as e:
         log.error("cannot read %s: %s", path, e.strerror)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Literal, ParamSpec, TextIO
+from typing import Final, Literal, ParamSpec, Protocol, TextIO
 
 from cri_resmgr.dump.format import FORMATS
 from cri_resmgr.dump.output import FILE_MODE, DumpFile
@@ -22,8 +22,14 @@ from cri_resmgr.dump.rules import Level, Rules, parse_specs
 from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Item, Writer
 from cri_resmgr.transport.methods import MethodTable
 
-if TYPE_CHECKING:
-    import grpc
+
+class StatusCode(Protocol):
+    """A call's status code as the transport gives it (grpc.StatusCode): only its name is
+    dumped, so the dumper needs no gRPC (.importlinter)."""
+
+    @property
+    def name(self) -> str: ...
+
 
 DEFAULT_QUEUE_SIZE = 10000
 __all__ = ["Dumper", "FILE_MODE", "DEFAULT_QUEUE_SIZE"]
@@ -92,7 +98,7 @@ class Dumper:
             self._put((REQ, path, call_id, data, time.time(), level))
 
     def reply(self, path: str, call_id: int, data: bytes | None, latency: float,
-              code: grpc.StatusCode | None = None, details: str = "") -> None:
+              code: StatusCode | None = None, details: str = "") -> None:
         """A reply message (data), or the end of a call (data=None) with its status.
         code None means OK; latency is seconds since the request."""
         level = self.rules.level(path)

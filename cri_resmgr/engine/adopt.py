@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,12 @@ def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
 
 
 async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
-    """Fills `cache` (which may hold saved state) from the runtime; returns counts."""
+    """Fills `cache` (which may hold saved state) from the runtime; returns counts. From
+    a partial listing (`listing_complete`) nothing saved is dropped: what it does not
+    name is kept as saved until an event or a later listing tells."""
+    complete = listing_complete(upstream)
     live_pods = await _live_pods(upstream, cache)
-    cache.set_pods(live_pods)
+    cache.set_pods(live_pods if complete else {**cache.pods, **live_pods})
     listed = await upstream.call(V1 + "ListContainers", pb.ListContainersRequest(),
                                  pb.ListContainersResponse)
     seen: set[str] = set()
@@ -67,11 +70,14 @@ async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple
             continue
         cache.add_container(await _new_container(upstream, c, live_pods[c.pod_sandbox_id], reserved_namespaces))
         added += 1
-    vanished = [r for r in cache if r.id not in seen]
+    vanished = [r for r in cache if r.id not in seen] if complete else []
     for r in vanished:
         log.info("%s (%s) is gone from the runtime: dropped", r.workload, r.id[:12] or "never created")
         cache.remove_container(r.key)
     counts = {"pods": len(live_pods), "kept": kept, "added": added, "vanished": len(vanished)}
+    if not complete:
+        log.info("the runtime's listing is partial: %d saved containers kept as saved until the runtime "
+                 "names them", sum(1 for r in cache if r.id not in seen))
     log.info("discovered %(pods)d pods; containers: %(kept)d restored, %(added)d new, "
              "%(vanished)d gone since the last run", counts)
     return counts

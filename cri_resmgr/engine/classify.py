@@ -11,12 +11,15 @@ import fnmatch
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from cri_resmgr.bounded import InputError, clip, load_json, short
+import yaml
+
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import InputError, clip, load_json, load_yaml, short
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload
+from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,16 @@ def requirements_from_cri(cpu_shares: int, cpu_quota: int, cpu_period: int, memo
     )
 
 
+def pod_level(linux: pb.LinuxPodSandboxConfig) -> Requirements | None:
+    """The pod-level resources (KEP-2837) kubelet puts in the sandbox's config; None
+    when the pod has none."""
+    if not linux.HasField("resources"):
+        return None
+    r = linux.resources
+    found = requirements_from_cri(r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes)
+    return found if (found.cpu_request, found.cpu_limit, found.memory_limit) != (0, None, None) else None
+
+
 def qos_from_requirements(r: Requirements) -> QoS:
     """A single container's view; used only when the cgroup parent says nothing."""
     if r.cpu_request == 0 and r.cpu_limit is None and r.memory_limit is None:
@@ -136,9 +149,9 @@ def qos_from_requirements(r: Requirements) -> QoS:
 
 def effective_annotation(pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
                          key: str, container: str) -> str | None:
-    """`K/container.C`, then `K/pod`, then `K`, under the cri-resource-manager namespace."""
-    base = ANNOTATION_PREFIX + key
-    for candidate in (f"{base}/container.{container}", f"{base}/pod", base):
+    """`K/container.C`, then `K/pod`, then `K`, under the cri-resource-manager namespace, in
+    both of the references' forms (policy.api.annotation_keys)."""
+    for candidate in annotation_keys(ANNOTATION_PREFIX + key, container):
         for source in (container_annotations, pod_annotations):
             if candidate in source:
                 return source[candidate]
@@ -154,6 +167,29 @@ def parse_bool(value: str) -> bool:
     raise ValueError(f"not a boolean: {short(value)}")
 
 
+def parse_bool_for(value: str, container: str) -> bool | None:
+    """A boolean annotation's value, or CRI Resource Manager's per-container object
+    `{"c1": true, "c2": false}` (JSON or YAML; 0 or a negative number means true, as
+    there): the container's entry, None when the object does not name it."""
+    text = value.strip()
+    if not text.startswith("{"):
+        return parse_bool(text)
+    try:
+        data = load_yaml(text, "annotation", max_depth=4, max_nodes=10_000)
+    except (InputError, yaml.YAMLError):
+        raise ValueError(f"not a boolean nor an object of container names: {short(value)}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"not a boolean nor an object of container names: {short(value)}")
+    entry = data.get(container)
+    if entry is None:
+        return None
+    if isinstance(entry, bool):
+        return entry
+    if isinstance(entry, int):
+        return entry <= 0
+    return parse_bool(str(entry))
+
+
 def in_namespaces(namespace: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
@@ -161,9 +197,12 @@ def in_namespaces(namespace: str, patterns: tuple[str, ...]) -> bool:
 def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_parent: str,
              pod_annotations: Mapping[str, str], container_annotations: Mapping[str, str],
              cri_resources: Requirements, reserved_namespaces: tuple[str, ...] = DEFAULT_RESERVED_NAMESPACES,
-             labels: Mapping[str, str] | None = None) -> Workload:
+             labels: Mapping[str, str] | None = None, pod_resources: Requirements | None = None) -> Workload:
     """Builds the policy's view of a container. Bad annotations are logged and ignored:
-    they never fail the request."""
+    they never fail the request. `pod_resources`: the pod-level resources of its
+    sandbox (KEP-2837), if any: a container with no requests of its own in such a pod
+    takes the pod's QoS class (it is not BestEffort) and runs on shared CPUs, since
+    how the pod's budget splits among its containers is not known."""
     where = f"{namespace}/{pod}:{container}"
     reqs = cri_resources
     try:
@@ -172,14 +211,21 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
             reqs = from_annotation
     except ValueError as e:
         log.warning("%s: ignoring annotation %s: %s", where, RESOURCES_ANNOTATION, e)
-    qos = qos_from_cgroup_parent(cgroup_parent) or qos_from_requirements(reqs)
+    qos = qos_from_cgroup_parent(cgroup_parent)
+    if qos is None:
+        own = qos_from_requirements(reqs)
+        qos = qos_from_requirements(pod_resources) if own is QoS.BESTEFFORT and pod_resources is not None else own
+    if qos is QoS.GUARANTEED and reqs.source == "cri" and not reqs.memory_request and reqs.memory_limit:
+        # Guaranteed means requests equal limits: the memory request the CRI does not carry is
+        # the limit it does, so memory pinning and widening need no webhook for these.
+        reqs = replace(reqs, memory_request=reqs.memory_limit)
     prefs: dict[str, bool | None] = {}
     for key_name in BOOLEAN_KEYS:
         raw = effective_annotation(pod_annotations, container_annotations, key_name, container)
         prefs[key_name] = None
         if raw is not None:
             try:
-                prefs[key_name] = parse_bool(raw)
+                prefs[key_name] = parse_bool_for(raw, container)
             except ValueError as e:
                 log.warning("%s: ignoring annotation %s%s: %s", where, ANNOTATION_PREFIX, key_name, e)
     return Workload(

@@ -22,9 +22,11 @@ import yaml
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
+from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, snapshot
+from cri_resmgr.engine import adopt, realcpuset, snapshot
 from cri_resmgr.engine.cache import Cache
+from cri_resmgr.engine.classes import ClassControl, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeCalls
@@ -73,6 +75,7 @@ class ReconcileStats:
     failed: int = 0
     gone: int = 0  # containers removed behind the relay's back, released
     adopted: int = 0  # running containers the relay did not know, placed
+    resent: int = 0  # running containers whose cgroup's cpuset was not the policy's, sent it again
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,10 @@ class EngineStats:
     dump_dropped: int | None  # None: no dumper
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
-
+    classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
+    updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
+    resizes: int = 0  # in-place resizes the policy re-decided
+    resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
 
 
 
@@ -119,8 +125,13 @@ class Controller:
     and swaps them into the feed."""
 
     def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimeCalls,
-                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None):
+                 dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None,
+                 cgroups: realcpuset.CgroupReader | None = None, host_files: HostFiles | None = None):
+        """`host_files`: where the class controllers read and write cgroup and resctrl
+        files (default: the files under -host-root)."""
         self._settings = settings
+        # What the reconcile reads the real cpusets with (engine/realcpuset.py).
+        self._cgroups = cgroups if cgroups is not None else realcpuset.CgroupReader()
         self._registry = registry
         self._feed = feed
         self._runtime = runtime
@@ -142,6 +153,9 @@ class Controller:
         self._alloc_lock = asyncio.Lock()
         self._policy_key: _PolicyKey | None = None
         self._reconciled = ReconcileStats()
+        files = host_files if host_files is not None else HostRoot(settings.host_root)
+        # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
+        self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -164,7 +178,9 @@ class Controller:
                            released_on_exit=m.released_on_exit, exclusive_denied=m.exclusive_denied,
                            updates_sent=u.sent, updates_failed=u.failed,
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
-                           decision_latency=m.decision_latency, reconcile=self._reconciled)
+                           decision_latency=m.decision_latency, reconcile=self._reconciled,
+                           updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
+                           resizes=m.resizes, resizes_refused=m.resizes_refused)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -183,7 +199,13 @@ class Controller:
             self._topology_summary = snapshot.summarise(topo)
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              resmgr.cache if resmgr is not None else None, self._topology_summary,
-                             self._config, self._settings.dry_run)
+                             self._config, self._settings.dry_run, classes=self._classes.of)
+
+    def container_classes(self, container_id: str) -> tuple[str | None, str | None]:
+        """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
+        resmgr = self._resmgr
+        c = resmgr.cache.by_id(container_id) if resmgr is not None else None
+        return self._classes.choose(c) if c is not None else (None, None)
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""
@@ -227,7 +249,7 @@ class Controller:
         to do under the none policy. Raises what the runtime call raises."""
         resmgr = self._resmgr
         if resmgr is None:
-            return {"gone": 0, "adopted": 0}
+            return {"gone": 0, "adopted": 0, "resent": 0}
         r = self._reconciled
         try:
             counts = await resmgr.reconcile(self._runtime)
@@ -235,7 +257,9 @@ class Controller:
             self._reconciled = replace(r, runs=r.runs + 1, failed=r.failed + 1)
             raise
         self._reconciled = replace(r, runs=r.runs + 1, gone=r.gone + counts["gone"],
-                                   adopted=r.adopted + counts["adopted"])
+                                   adopted=r.adopted + counts["adopted"], resent=r.resent + counts["resent"])
+        # Classes: containers started behind the relay's back, new threads, lost rules.
+        await self._classes.sync(resmgr.cache)
         return counts
 
     # -- sources ----------------------------------------------------------------------
@@ -288,6 +312,10 @@ class Controller:
         info = self._registry.lookup(config.policy.active or self._settings.policy)
         self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
+        classes = self._classes.prepare(config)  # RDT over-subscription is refused here
+        if info.factory is None and (config.blockio.classes or config.rdt.partitions):
+            log.warning("%s: block I/O and RDT classes are not enforced under the %s policy, which relays every "
+                        "call unchanged: choose a policy (policy.Active) to have them", config.source, info.name)
         key = _policy_key(info.name, config)
         # Off the event loop: checking a configuration never holds up the calls being
         # relayed (and every count in it is bounded by the node, so the check is short).
@@ -305,6 +333,9 @@ class Controller:
         if self._set_debug:
             self._set_debug(config.logger.debug)
         self._config = config
+        self._classes.switch(classes)
+        if self._resmgr is not None:
+            await self._classes.sync(self._resmgr.cache)
         log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
 
     def _check_switch_allowed(self, config: Config, name: str) -> None:
@@ -360,7 +391,7 @@ class Controller:
             options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
-                                     note=self._note)
+                                     note=self._note, cgroups=self._cgroups, classes=self._classes)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:

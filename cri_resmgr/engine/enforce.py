@@ -3,6 +3,13 @@
 Updates are queued per container id and the newest wins, so a burst of
 decisions costs one call per container. Failures are retried with backoff and
 then logged; they never fail the kubelet call that caused them.
+
+An update that races the container's start is sent again once the start has
+returned: containerd (and CRI-O) apply an update to a container that is not yet
+running to its spec only, and a container whose StartContainer is in flight may
+already have its task made from the old spec, so the update would never reach its
+cgroup. The front end brackets each start with `starting` and `started`; an
+update on the wire at any moment in between is sent again after it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ class UpdateStats:
 
     sent: int = 0
     failed: int = 0  # given up after retries
+    resent_after_start: int = 0  # raced a StartContainer, sent again once it returned
 
 
 class Enforcer:
@@ -46,10 +54,43 @@ class Enforcer:
         self._task: asyncio.Task[None] | None = None
         self._sent = 0
         self._failed = 0
+        self._resent = 0
+        # The update on the wire now: (id, resources, name).
+        self._sending: tuple[str, pb.LinuxContainerResources, object] | None = None
+        # Containers whose StartContainer is in flight -> the last update sent to
+        # each meanwhile (None: none yet), to send again once the start returns.
+        self._starting: dict[str, tuple[pb.LinuxContainerResources, object] | None] = {}
 
     def stats(self) -> UpdateStats:
         """The counters as they are now; safe from another thread (metrics)."""
-        return UpdateStats(sent=self._sent, failed=self._failed)
+        return UpdateStats(sent=self._sent, failed=self._failed, resent_after_start=self._resent)
+
+    def starting(self, container_id: str) -> None:
+        """The container's StartContainer is about to go to the runtime."""
+        sending = self._sending
+        raced = sending[1:] if sending is not None and sending[0] == container_id else None
+        self._starting[container_id] = raced
+
+    def started(self, container_id: str) -> bool:
+        """The container's StartContainer returned (or failed): an update sent while it
+        was in flight is sent again, unless a newer one is queued (it goes out after
+        the start anyway). True if one was."""
+        raced = self._starting.pop(container_id, None)
+        if raced is None:
+            return False
+        if container_id not in self._pending:
+            self._resent += 1
+            log.info("%s: update raced its start; sent again after its start (cpuset %s)",
+                     _Who(raced[1], container_id), raced[0].cpuset_cpus)
+            self.submit(container_id, *raced)
+        return True
+
+    def busy(self, container_id: str) -> bool:
+        """An update to the container is queued or on the wire, or its start is in
+        flight: what its cgroup holds now says nothing about what it will hold."""
+        sending = self._sending
+        return (container_id in self._pending or container_id in self._starting
+                or (sending is not None and sending[0] == container_id))
 
     def submit(self, container_id: str, resources: pb.LinuxContainerResources, name: object = "") -> None:
         self._pending[container_id] = (resources, name)
@@ -90,6 +131,9 @@ class Enforcer:
         for attempt in range(1, self._attempts + 1):
             if container_id in self._pending:
                 return  # superseded while we were retrying
+            if container_id in self._starting:
+                self._starting[container_id] = (resources, name)
+            self._sending = (container_id, resources, name)
             try:
                 await self._upstream.call(path, request, pb.UpdateContainerResourcesResponse, self._timeout)
                 self._sent += 1
@@ -107,6 +151,8 @@ class Enforcer:
                     return
                 log.warning("updating %s failed (attempt %d/%d): %s: %s", who,
                             attempt, self._attempts, code.name, e.details())
+            finally:
+                self._sending = None
             await asyncio.sleep(delay)
             delay *= 2
         self._failed += 1

@@ -24,11 +24,13 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, exits, messages, timers
+from cri_resmgr.engine import adopt, classify, describe, exits, messages, realcpuset, resize, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
+from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.enforce import Enforcer
-from cri_resmgr.engine.runtime import RuntimeCalls
-from cri_resmgr.policy.api import Assignment, Decision, Policy, Resources, Workload
+from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
+from cri_resmgr.policy import resize as policy_resize
+from cri_resmgr.policy.api import Assignment, Decision, Policy, ResizeError, Resources, Workload
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
 
 EXITED = pb.ContainerState.CONTAINER_EXITED
+RUNNING = pb.ContainerState.CONTAINER_RUNNING
 # Saves are coalesced: at most one state write per this many seconds, written
 # and fsynced off the event loop, so kubelet's calls never wait on the disk.
 # A crash in between loses nothing that matters: start-up adoption takes in
@@ -59,6 +62,8 @@ class ManagerStats:
     policy_errors: int = 0
     released_on_exit: int = 0
     exclusive_denied: int = 0  # asked for exclusive CPUs, placed without them
+    resizes: int = 0  # in-place resizes the policy re-decided
+    resizes_refused: int = 0  # resizes that could not be met (the update failed)
     containers: int = 0  # tracked by the cache
     decision_latency: HistogramSnapshot | None = None  # policy.allocate, wall time
 
@@ -69,6 +74,8 @@ class _Counts:
     policy_errors: int = 0
     released_on_exit: int = 0
     exclusive_denied: int = 0
+    resizes: int = 0
+    resizes_refused: int = 0
 
 
 class ResourceManager:
@@ -78,8 +85,10 @@ class ResourceManager:
 
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
                  lock: asyncio.Lock, options: Options | None = None,
-                 note: Callable[[str], None] | None = None):
+                 note: Callable[[str], None] | None = None,
+                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None):
         self._policy_name = policy_name
+        self._classes = classes
         self._policy = policy
         self._cache = cache
         self._enforcer = enforcer
@@ -95,6 +104,12 @@ class ResourceManager:
         self._dirty = False
         self._save_task: asyncio.Task[None] | None = None
         self._timer = timers.PolicyTimer(policy, self._on_timer)  # a no-op for most policies
+        # The reconcile's check of the real cpusets (None: not checked): the reader,
+        # each running container's init pid by id, and the (wanted, real) pair each
+        # key was last sent again for, so a difference that stays is sent once.
+        self._cgroups = cgroups
+        self._pids: dict[str, int] = {}
+        self._resent: dict[str, tuple[Resources, realcpuset.RealCpuset, bool]] = {}  # bool: said it stays
 
     # -- what the controller reads ---------------------------------------------------
 
@@ -119,6 +134,7 @@ class ResourceManager:
         c = self._counts
         return ManagerStats(decisions=c.decisions, policy_errors=c.policy_errors,
                             released_on_exit=c.released_on_exit, exclusive_denied=c.exclusive_denied,
+                            resizes=c.resizes, resizes_refused=c.resizes_refused,
                             containers=len(self._cache.containers),
                             decision_latency=self._decision_latency.snapshot())
 
@@ -264,14 +280,29 @@ class ResourceManager:
             labels={**(pod.labels or dict(m.sandbox_config.labels)), **cfg.labels},
             cri_resources=classify.requirements_from_cri(
                 res.cpu_shares, res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes),
-            reserved_namespaces=self._options.reserved_namespaces)
+            reserved_namespaces=self._options.reserved_namespaces,
+            pod_resources=classify.pod_level(m.sandbox_config.linux))
 
     async def _start(self, req: Request) -> pb.StartContainerResponse:
+        """The start is bracketed for the enforcer: an update of this container on
+        the wire meanwhile may reach only its spec, and is sent again after (enforce.py)."""
         m = messages.request(req, pb.StartContainerRequest)
-        reply = await messages.forward(req, m, pb.StartContainerResponse)
+        enforcer = self._enforcer
+        if enforcer is not None:
+            enforcer.starting(m.container_id)
+        try:
+            reply = await messages.forward(req, m, pb.StartContainerResponse)
+        finally:
+            if enforcer is not None:
+                enforcer.started(m.container_id)
         c = self._cache.by_id(m.container_id)
         if c is not None and c.state != "exited":
             c.state = "running"
+            if self._classes is not None:  # block I/O and RDT classes, before kubelet hears of the start
+                try:
+                    await self._classes.started(c)
+                except Exception:  # a bug there must not fail the container's start
+                    log.exception("%s: enforcing its block I/O and RDT classes failed", c.workload)
         return reply
 
     async def _stop(self, req: Request) -> pb.StopContainerResponse:
@@ -295,19 +326,87 @@ class ResourceManager:
         return reply
 
     async def _update(self, req: Request) -> pb.UpdateContainerResourcesResponse:
-        """kubelet's own updates pass, but the fields the policy owns keep its values."""
+        """kubelet's own updates pass, but the fields the policy owns keep its values.
+        An update that resizes the container (engine/resize.py) is the policy's to
+        re-decide first: the reply carries the new cpuset, the other containers whose
+        CPUs changed get theirs, and a size that cannot be met fails the call with
+        nothing moved (kubelet shows it in the pod's resize status and retries)."""
         m = messages.request(req, pb.UpdateContainerResourcesRequest)
         c = self._cache.by_id(m.container_id)
-        if c is not None and not c.released:
-            current = self._policy.resources(c.key)
-            if current is not None and m.HasField("linux"):
-                merged = dict(c.resources)
-                merged.update(json_format.MessageToDict(m.linux, preserving_proto_field_name=True))
-                c.resources = merged
-                self._linux.pop(c.key, None)  # the dict is the truth again
-                if not self._options.dry_run:
-                    _apply(m.linux, current)
-        return await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
+        if c is None or c.released or not m.HasField("linux"):
+            return await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
+        change = resize.read(c.workload, m.linux)
+        changed: set[str] = set()
+        old = c.workload
+        if change is not None:
+            async with self._lock:
+                if change.decide and self._policy.resources(c.key) is not None:
+                    changed = self._resized(c, change)
+                c.workload = change.workload
+        current = self._policy.resources(c.key)
+        kept = c.resources
+        if current is not None:
+            merged = dict(c.resources)
+            merged.update(json_format.MessageToDict(m.linux, preserving_proto_field_name=True))
+            c.resources = merged
+            self._linux.pop(c.key, None)  # the dict is the truth again
+            if not self._options.dry_run:
+                _apply(m.linux, current)
+                self._applied[c.key] = current
+        try:
+            reply = await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
+        except BaseException:
+            if change is not None:
+                await self._resize_back(c, old, kept, change.decide)
+            raise
+        if change is not None:
+            async with self._lock:
+                self._sync(changed, f"resizing {c.workload}")
+                self._save(c.key)
+        return reply
+
+    def _resized(self, c: ContainerRecord, change: resize.Resize) -> set[str]:
+        """The policy's decision for a resized container (lock held); returns the other
+        keys to sync. A refusal is the caller's gRPC error, with nothing changed."""
+        had = self._policy.resources(c.key)
+        try:
+            decision = policy_resize.resize(self._policy, change.workload, self._placed_now)
+        except ResizeError as e:
+            self._counts.resizes_refused += 1
+            free = self._policy.usage().exclusive_free
+            text = (f"cri-resmgr: cannot resize {c.workload} to {change.describe()}: {e}; "
+                    f"free for exclusive use: {free or 'no CPUs'}; it keeps cpuset {had.cpuset_cpus if had else '-'}")
+            log.warning("%s", text)
+            raise InterceptError(grpc.StatusCode.RESOURCE_EXHAUSTED, text) from None
+        self._counts.resizes += 1
+        if decision.resources is not None:
+            log.info("%s: resized to %s: %s", change.workload, change.describe(),
+                     describe.Placement(self._policy.assignment(c.key), decision.resources))
+        return set(decision.others)
+
+    def _placed_now(self) -> list[Workload]:
+        """Every container the policy holds, as the cache knows it (for policy/resize.py)."""
+        return [r.workload for r in self._cache if not r.released and self._policy.resources(r.key) is not None]
+
+    async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool) -> None:
+        """The runtime refused a resizing update: the container keeps its old size
+        and resources, and the policy its old decision when its CPUs are still free."""
+        async with self._lock:
+            if c.released:
+                return
+            c.resources = kept
+            self._linux.pop(c.key, None)
+            if decided and self._policy.resources(c.key) is not None:
+                try:
+                    decision = policy_resize.resize(self._policy, old, self._placed_now)
+                except ResizeError as e:  # its old CPUs were taken meanwhile: it keeps the new size
+                    log.warning("%s: the runtime refused the resize, and its old size cannot be had again: %s",
+                                old, e)
+                    return
+                self._applied.pop(c.key, None)
+                self._sync({c.key, *decision.others}, f"the runtime's refusal to resize {old}")
+            c.workload = old
+            self._save(c.key)
 
     def _on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         """Containers a reply shows exited: released (the reply's status waits) if
@@ -356,14 +455,13 @@ class ResourceManager:
         had = self._policy.resources(c.key)
         if had is not None:
             # One line per container end (not per call): the operator sees CPUs come back.
-            log.info("%s: released %s%s", c.workload, describe.placement(self._policy.assignment(c.key), had),
+            log.info("%s: released %s%s", c.workload, describe.Placement(self._policy.assignment(c.key), had),
                      " (dry-run)" if self._options.dry_run else "")
         return set(self._policy.release(c.key).others)
 
     def _sync(self, keys: set[str], cause: str) -> None:
         """Tells the runtime the policy's current resources for these containers (lock
         held); one INFO line says what changed and why (`cause`: "creating NAME"...)."""
-        texts: dict[CPUSet, str] = {}
         batch = describe.UpdateBatch(cause)
         for key in keys:
             c = self._cache.containers.get(key)
@@ -377,14 +475,14 @@ class ResourceManager:
                 continue
             self._applied[key] = target
             if self._enforcer is not None:
-                linux = self._changed(c, target, texts)
+                linux = self._changed(c, target)
                 self._linux[key] = linux
                 self._enforcer.submit(c.id, linux, c.workload)
             batch.add(c.workload, target)
         if batch.count:
-            log.info("%s", batch.line())
+            log.info("%s", batch)  # its text only if written
 
-    def _changed(self, c: ContainerRecord, target: Resources, texts: dict[CPUSet, str]) -> pb.LinuxContainerResources:
+    def _changed(self, c: ContainerRecord, target: Resources) -> pb.LinuxContainerResources:
         """The container's resources as last set, with the policy's fields changed, to
         send; `c.resources` follows. A copy of the message kept from the last change is
         changed, and the dict's cpuset values replaced (cheap); without a kept message
@@ -397,7 +495,7 @@ class ResourceManager:
             linux.CopyFrom(kept)
         else:
             json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
-        _apply(linux, target, texts)
+        _apply(linux, target)
         fast = _with_cpuset(c.resources, linux) if kept is not None else None
         c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
         return linux
@@ -414,7 +512,7 @@ class ResourceManager:
 
     def _placed(self, w: Workload, r: Resources) -> None:
         """The decision for a new container, at INFO: the one per-call line above DEBUG."""
-        log.info("%s: %s", w, describe.placement(self._policy.assignment(w.key), r))
+        log.info("%s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
 
     def _denied(self, w: Workload, warning: str) -> None:
         """The policy placed a container without what it asked for (exclusive CPUs, room
@@ -501,13 +599,15 @@ class ResourceManager:
         unknown = [c for c in listed.containers if c.state != EXITED and c.id not in known
                    and self._cache.by_id(c.id) is None
                    and f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}" not in keys]
-        gone = known - present
+        # From a partial listing (an NRI plugin not yet synchronized) absence says nothing.
+        gone = known - present if listing_complete(upstream) else set()
         if exited:
             await self._released_on_exit(exited)
         new = await adopt.unknown_containers(upstream, self._cache, unknown, self._options.reserved_namespaces) \
             if unknown else []
+        resent = await self._check_real(upstream, [c.id for c in listed.containers if c.state == RUNNING])
         if not gone and not new:
-            return {"gone": 0, "adopted": 0}
+            return {"gone": 0, "adopted": 0, "resent": resent}
         adopted = 0
         async with self._lock:
             changed: set[str] = set()
@@ -526,7 +626,69 @@ class ResourceManager:
             self._sync(changed, "reconciling with the runtime")
             self._save()
             self._timer.rearm()
-        return {"gone": len(gone), "adopted": adopted}
+        return {"gone": len(gone), "adopted": adopted, "resent": resent}
+
+    async def _check_real(self, upstream: RuntimeCalls, running: list[str]) -> int:
+        """Sends again the policy's cpuset to running containers whose cgroup holds
+        another (realcpuset.py: an update that raced a start the relay did not see
+        end, or one the runtime took into the spec only); returns how many. Each
+        container's pid is asked for once (a verbose ContainerStatus); the cgroup
+        files are read off the event loop."""
+        if self._cgroups is None or self._enforcer is None or self._options.dry_run:
+            return 0
+        enforcer = self._enforcer
+        live = set(running)
+        for cid in [cid for cid in self._pids if cid not in live]:
+            del self._pids[cid]
+        for key in [key for key in self._resent if (c := self._cache.containers.get(key)) is None or c.id not in live]:
+            del self._resent[key]
+        todo: list[tuple[str, int]] = []
+        for cid in running:
+            c = self._cache.by_id(cid)
+            if c is None or c.released or enforcer.busy(cid) or self._policy.resources(c.key) is None:
+                continue
+            pid = self._pids.get(cid)
+            if pid is None:
+                try:
+                    status = await upstream.call(adopt.V1 + "ContainerStatus",
+                                                 pb.ContainerStatusRequest(container_id=cid, verbose=True),
+                                                 pb.ContainerStatusResponse)
+                except grpc.aio.AioRpcError:
+                    continue  # gone meanwhile, or the runtime is away: the next round asks again
+                pid = self._pids[cid] = realcpuset.pid_from_info(dict(status.info))
+            if pid:
+                todo.append((cid, pid))
+        if not todo:
+            return 0
+        reader = self._cgroups
+        real = await asyncio.to_thread(lambda: [(cid, reader.read(pid, cid)) for cid, pid in todo])
+        resent = 0
+        async with self._lock:
+            for cid, got in real:
+                c = self._cache.by_id(cid)
+                if got is None or c is None or c.released or enforcer.busy(cid):
+                    continue  # unknown, gone, or changing: nothing to judge by
+                target = self._policy.resources(c.key)
+                if target is None or _matches(got, target):
+                    self._resent.pop(c.key, None)
+                    continue
+                seen = self._resent.get(c.key)
+                if seen is not None and seen[:2] == (target, got):
+                    if not seen[2]:  # sent again already, and still so: said once, not sent every round
+                        log.warning("%s (%s) still runs on CPUs %s in its cgroup after its cpuset %s was sent "
+                                    "again; leaving it", c.workload, cid[:12], got.cpus, target.cpuset_cpus)
+                        self._resent[c.key] = (target, got, True)
+                    continue
+                self._resent[c.key] = (target, got, False)
+                log.warning("%s (%s) runs on CPUs %s, mems %s in its cgroup, not the policy's %s, mems %s: "
+                            "sending its cpuset again", c.workload, cid[:12], got.cpus,
+                            got.mems if got.mems is not None else "?", target.cpuset_cpus, target.cpuset_mems or "-")
+                self._applied[c.key] = target
+                linux = self._changed(c, target)
+                self._linux[c.key] = linux
+                enforcer.submit(cid, linux, c.workload)
+                resent += 1
+        return resent
 
     def _adopt(self, record: ContainerRecord) -> set[str]:
         """Places a running container the relay did not know (lock held); returns the keys to sync."""
@@ -544,7 +706,7 @@ class ResourceManager:
             self._denied(record.workload, decision.warning)
         if decision.resources is not None and not self._options.dry_run:
             log.info("adopted %s (%s): %s", record.workload, record.id[:12],
-                     describe.placement(self._policy.assignment(record.key), decision.resources))
+                     describe.Placement(self._policy.assignment(record.key), decision.resources))
         return {record.key} | set(decision.others)
 
     # -- start-up and reconfiguration --------------------------------------------------
@@ -566,7 +728,7 @@ class ResourceManager:
                 self._denied(w, "not enough free CPUs when its allocation was restored")
             r = self._policy.resources(w.key)
             if r is not None:
-                log.info("restored %s: %s", w, describe.placement(self._policy.assignment(w.key), r))
+                log.info("restored %s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
@@ -580,24 +742,31 @@ class ResourceManager:
                 c = self._cache.containers.get(key)
                 if c is not None:
                     log.info("%s: %s (timer)", c.workload,
-                             describe.placement(self._policy.assignment(key), decision.others[key]))
+                             describe.Placement(self._policy.assignment(key), decision.others[key]))
             self._sync(set(decision.others), "the policy's timer")
             self._save()
             self._timer.rearm()
 
 
-def _apply(linux: pb.LinuxContainerResources, r: Resources, texts: dict[CPUSet, str] | None = None) -> None:
-    """Sets the policy's fields; `texts` remembers each cpuset's text across a batch
-    (a change of the shared pool gives a thousand containers the same one)."""
-    if texts is None:
-        linux.cpuset_cpus = str(r.cpuset_cpus)
-    else:
-        text = texts.get(r.cpuset_cpus)
-        if text is None:
-            text = texts[r.cpuset_cpus] = str(r.cpuset_cpus)
-        linux.cpuset_cpus = text
+def _apply(linux: pb.LinuxContainerResources, r: Resources) -> None:
+    """Sets the policy's fields (a CPUSet formats its text once: a change of the shared
+    pool gives a thousand containers the same one)."""
+    linux.cpuset_cpus = str(r.cpuset_cpus)
     if r.cpuset_mems is not None:
         linux.cpuset_mems = r.cpuset_mems
+
+
+def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:
+    """Whether a container's cgroup holds what the policy gave it (memory nodes only
+    when the policy sets them and the cgroup's could be read)."""
+    if real.cpus != target.cpuset_cpus:
+        return False
+    if target.cpuset_mems is None or real.mems is None:
+        return True
+    try:
+        return real.mems == CPUSet.parse(target.cpuset_mems)
+    except ValueError:
+        return True  # not a list we can compare: the runtime took it as it is
 
 
 def _copy(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResources:

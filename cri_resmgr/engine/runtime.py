@@ -22,3 +22,12 @@ class RuntimeCalls(Protocol):
 
     async def call(self, path: str, request: Message, reply_type: type[R],
                    timeout: float | None = 10.0) -> R: ...
+
+
+def listing_complete(runtime: RuntimeCalls) -> bool:
+    """Whether the runtime's ListPodSandbox/ListContainers name everything it runs. A CRI
+    channel always does. The NRI plugin's view does not before the runtime's first
+    Synchronize (containerd before 1.7.26 never sends one to a plugin it launched): it
+    says so with a false `listing_complete` attribute, and then a container missing
+    from a listing is not gone, only not heard of yet."""
+    return bool(getattr(runtime, "listing_complete", True))

@@ -11,7 +11,7 @@ does I/O; the topology is summarised only if the engine already discovered it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,8 @@ class ContainerState:
     exclusive: CPUSet
     shared: CPUSet  # the rest of its cpuset: from its pool (shared, reserved)
     mems: str | None
+    blockio_class: str | None = None
+    rdt_class: str | None = None
 
     def to_document(self) -> dict[str, Any]:
         return {"id": self.id, "namespace": self.namespace, "pod": self.pod, "name": self.name,
@@ -50,7 +52,8 @@ class ContainerState:
                 "requests": {"cpu_milli": self.cpu_request, "memory_bytes": self.memory_request},
                 "limits": {"cpu_milli": self.cpu_limit, "memory_bytes": self.memory_limit},
                 "pool": self.pool, "exclusive_cpus": str(self.exclusive), "shared_cpus": str(self.shared),
-                "cpus": str(self.exclusive | self.shared), "mems": self.mems}
+                "cpus": str(self.exclusive | self.shared), "mems": self.mems,
+                "blockio_class": self.blockio_class, "rdt_class": self.rdt_class}
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,10 @@ def summarise(topo: Topology) -> TopologySummary:
 
 
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
-         config: Config | None, dry_run: bool) -> EngineState:
-    """The snapshot; call it where the cache and the policy are owned (the event loop)."""
+         config: Config | None, dry_run: bool,
+         classes: Callable[[str], tuple[str | None, str | None]] | None = None) -> EngineState:
+    """The snapshot; call it where the cache and the policy are owned (the event loop).
+    `classes`: a container's (blockio, rdt) classes by its key."""
     usage = policy.usage() if policy is not None else None
     pools: Mapping[str, CPUSet] = usage.pool_cpus() if usage is not None else {}
     containers = []
@@ -128,12 +133,14 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
         resources = policy.resources(c.key) if assignment is not None and policy is not None else None
         exclusive = assignment.exclusive if assignment is not None else CPUSet()
         cpus = resources.cpuset_cpus if resources is not None else CPUSet()
+        blockio_class, rdt_class = classes(c.key) if classes is not None else (None, None)
         containers.append(ContainerState(
             id=c.id, namespace=w.namespace, pod=w.pod, name=w.name, qos=w.qos.value, state=c.state,
             cpu_request=w.cpu_request, cpu_limit=w.cpu_limit, memory_request=w.memory_request,
             memory_limit=w.memory_limit, pool=assignment.pool if assignment is not None else None,
             exclusive=exclusive, shared=cpus - exclusive,
-            mems=resources.cpuset_mems if resources is not None else None))
+            mems=resources.cpuset_mems if resources is not None else None,
+            blockio_class=blockio_class, rdt_class=rdt_class))
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),

@@ -12,8 +12,10 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from cri_resmgr import __version__, health, metrics, statelock, supervise
 from cri_resmgr._proto import nri_api_pb2
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_PLUGIN_NAME = "cri-resmgr"
 DEFAULT_PLUGIN_INDEX = "90"
+# How long after Configure a Synchronize is waited for before the plugin says it got none.
+SYNC_GRACE = 5.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class NriSettings:
     socket: str = DEFAULT_NRI_SOCKET
     identity: Identity = Identity(DEFAULT_PLUGIN_NAME, DEFAULT_PLUGIN_INDEX)
     handed_fd: int | None = None  # NRI_PLUGIN_SOCKET: a connection the runtime made for us
+    runtime_classes: bool = False  # -nri-runtime-classes: blockio_class/rdt_class in the adjustment
 
 
 def _on_sighup(controller: Controller) -> None:
@@ -60,17 +65,27 @@ def _freeze_start_up() -> None:
 
 
 class Synchronizer:
-    """What a Synchronize does to the engine: the first applies the configuration
-    (adopting what the runtime reported, as the relay does at start-up); a later
-    one, after a reconnection, reconciles with what the runtime reports now."""
+    """What Configure and Synchronize do to the engine. The first Configure activates:
+    the configuration (and so the policy) is in force from then on, with the saved
+    state restored as saved (the view is partial: nothing is judged gone). Synchronize,
+    when the runtime sends one, reconciles with everything it reports: containers gone
+    meanwhile are released, unknown ones adopted. A runtime that sends none (containerd
+    before 1.7.26 to a plugin it launched) is noted once; containers that predate the
+    plugin are then adopted when an event names them (`adopt_soon`)."""
 
-    def __init__(self, controller: Controller, failed: Callable[[str], None],
-                 runtime_config: Callable[[], str] = str, overridden_by: str | None = None):
+    def __init__(self, controller: Controller, runtime: NriRuntime, failed: Callable[[str], None],
+                 runtime_config: Callable[[], str] = str, overridden_by: str | None = None,
+                 grace: float = SYNC_GRACE):
         self._c = controller
+        self._runtime = runtime
         self._failed = failed
         # ConfigureRequest.config, and the flag that takes its place if one was given.
         self._runtime_config = runtime_config
         self._overridden_by = overridden_by
+        self._grace = grace
+        self._tasks: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
+        self._adopting: asyncio.Future[None] | None = None
+        self.activated_after: float | None = None  # seconds from Configure to active, for metrics and bench
 
     def _take_runtime_config(self) -> None:
         text = self._runtime_config()
@@ -84,19 +99,69 @@ class Synchronizer:
                  len(text))
         self._c.set_fallback(Document(text, "the runtime's configuration of this plugin (ConfigureRequest.config)"))
 
-    async def __call__(self) -> None:
-        if self._c.config is None:
-            self._take_runtime_config()
-            try:
-                await self._c.apply(self._c.initial_config())
-            except ConfigError as e:
-                self._failed(str(e))
-                return
-            log.info("policy %s active", self._c.policy_name)
-            _freeze_start_up()
+    async def configured(self) -> None:
+        """At each Configure: the first activates."""
+        if self._c.config is not None:
             return
+        t0 = time.monotonic()
+        self._take_runtime_config()
+        try:
+            await self._c.apply(self._c.initial_config())
+        except ConfigError as e:
+            self._failed(str(e))
+            return
+        self.activated_after = time.monotonic() - t0
+        log.info("policy %s active (%.0f ms after Configure)", self._c.policy_name, self.activated_after * 1000)
+        _freeze_start_up()
+        self._spawn(self._expect_synchronize())
+
+    async def __call__(self) -> None:
+        """At each Synchronize: everything the runtime has, reconciled."""
+        if self._c.config is None:  # activation failed or is still under way: it decides first
+            await self.configured()
+            if self._c.config is None:
+                return
         counts = await self._c.reconcile()
-        log.info("re-synchronized: %(gone)d containers gone meanwhile, %(adopted)d adopted", counts)
+        log.info("synchronized: %(gone)d containers gone meanwhile, %(adopted)d adopted", counts)
+
+    async def _expect_synchronize(self) -> None:
+        await asyncio.sleep(self._grace)
+        if self._runtime.listing_complete:
+            return
+        log.warning("no Synchronize from %s %s within %gs of Configure (NRI before v0.7 sends none to plugins "
+                    "the runtime launched): containers that ran before this plugin started are placed when an "
+                    "event names them", self._runtime.runtime_name or "the runtime",
+                    self._runtime.runtime_version, self._grace)
+        deferred = self._runtime.release_deferred()
+        if deferred:
+            await self._runtime.push(deferred)
+
+    def adopt_soon(self, container_id: str) -> None:
+        """An event named a running container the plugin had not heard of: reconcile
+        (which adopts it) right after the hook, once for a burst of them."""
+        log.info("container %s was not reported to this plugin before: adopting it", container_id[:12])
+        if self._adopting is None or self._adopting.done():
+            self._adopting = self._spawn(self._adopt())
+
+    async def _adopt(self) -> None:
+        await asyncio.sleep(0)  # after the hook that named it
+        try:
+            counts = await self._c.reconcile()
+        except Exception as e:  # logged; the periodic reconcile tries again
+            log.warning("reconcile failed: %s", e)
+            return
+        if counts["adopted"]:
+            log.info("reconcile: %(adopted)d containers adopted", counts)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def cancel(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
 
 
 async def _reconcile_every(controller: Controller, period: float) -> None:
@@ -117,7 +182,7 @@ async def run(settings: Settings, nri: NriSettings, registry: Registry,
     log.info("cri-resmgr %s starting as NRI plugin %s", __version__, nri.identity)
     try:
         lock = statelock.acquire(settings.state_dir, "cri-resmgr NRI plugin")
-    except (statelock.StateDirBusy, OSError) as e:
+    except statelock.StateDirError as e:
         log.error("%s", e)
         return 1
     try:
@@ -142,6 +207,8 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
     controller: Controller
     hooks = Hooks(runtime, lambda: controller.flush())
     controller = Controller(settings.engine(), registry, hooks, runtime, make_dumper, set_debug)
+    if nri.runtime_classes:
+        hooks.classes_of = controller.container_classes
     failure: list[str] = []
 
     def failed(why: str) -> None:
@@ -151,7 +218,10 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
 
     overridden_by = ("-force-config" if settings.force_config else
                      "-fallback-config" if settings.fallback_config else None)
-    hooks.on_synchronize = Synchronizer(controller, failed, lambda: hooks.runtime_config, overridden_by)
+    synchronizer = Synchronizer(controller, runtime, failed, lambda: hooks.runtime_config, overridden_by)
+    hooks.on_configure = synchronizer.configured
+    hooks.on_synchronize = synchronizer
+    hooks.on_unknown = synchronizer.adopt_soon
     if (settings.policy != "none" or settings.force_config or settings.fallback_config
             or nri.handed_fd is not None):  # a launched plugin's configuration comes with Configure
         # Discovered before the runtime connects: the first Synchronize must answer in time.
@@ -173,8 +243,13 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
         try:
             http = health.serve(settings.metrics_address, metrics.registry(controller, plugin),
                                 health.on_loop(controller, loop), endpoint.on_loop(controller, loop))
-        except OSError as e:
-            log.error("cannot serve metrics on %s: %s", settings.metrics_address, e)
+        except OSError as e:  # another process's port would answer -probe and status for us: refuse
+            log.error("cannot serve metrics on %s: %s; refusing to start without /readyz and /state "
+                      "(give a free -metrics-address, or none)", settings.metrics_address, e.strerror or e)
+            if config_server is not None:
+                await config_server.stop()
+            await controller.close()
+            return 1
     reconciling = None
     if settings.reconcile_period > 0:
         reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
@@ -184,6 +259,7 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
     for task in (reconciling, shutdown):
         if task is not None:
             task.cancel()
+    synchronizer.cancel()
     if http is not None:
         await asyncio.to_thread(http.shutdown)
     if config_server is not None:

@@ -35,12 +35,18 @@ PLUGIN_NAME = flags.text("nri-plugin-name", "NAME", f"Name to register with (${E
 PLUGIN_INDEX = flags.text("nri-plugin-index", "NN", "Two-digit index to register with: the runtime calls plugins "
                           f"in ascending order (${ENV_INDEX} overrides it).", app.DEFAULT_PLUGIN_INDEX)
 
+RUNTIME_CLASSES = flags.switch("nri-runtime-classes", "Also name each container's block I/O and RDT class in its "
+                               "NRI adjustment (blockio_class, rdt_class), for a runtime configured with the same "
+                               "classes (containerd's blockio_config_file, rdt_config_file): the runtime applies "
+                               "them from creation. The plugin's own class controller enforces them either way; "
+                               "an adjustment naming a class the runtime does not know fails the container.")
+
 COMMAND = flags.Command(
     PROG,
     "cri-resmgr's resource policies as an NRI plugin of the container runtime (containerd 1.7+, CRI-O 1.26+): "
     "the same engine, configuration, state directory and metrics as the cri-resmgr relay, without a CRI relay "
     "in front of the runtime. Only one of the two may manage a node.",
-    (relay_cli.POLICY, relay_cli.LIST_POLICIES, NRI_SOCKET, PLUGIN_NAME, PLUGIN_INDEX, relay_cli.DUMP,
+    (relay_cli.POLICY, relay_cli.LIST_POLICIES, NRI_SOCKET, PLUGIN_NAME, PLUGIN_INDEX, RUNTIME_CLASSES, relay_cli.DUMP,
      relay_cli.DUMP_FILE, relay_cli.DUMP_FORMAT, relay_cli.DUMP_MAX_SIZE, relay_cli.DUMP_UNREDACTED,
      relay_cli.CONFIG_SOCKET, relay_cli.STATE_DIR, relay_cli.HOST_ROOT, relay_cli.FORCE_CONFIG,
      relay_cli.FALLBACK_CONFIG, relay_cli.PRINT_CONFIG, relay_cli.DRY_RUN, relay_cli.DISABLE_POLICY_SWITCH,
@@ -82,7 +88,7 @@ def nri_settings(values: flags.Values, env: Mapping[str, str]) -> app.NriSetting
             raise flags.UsageError(f"invalid ${ENV_SOCKET} {env[ENV_SOCKET]!r}: expected a file descriptor number") \
                 from None
     return app.NriSettings(socket=values[NRI_SOCKET] or app.DEFAULT_NRI_SOCKET, identity=Identity(name, index),
-                           handed_fd=fd)
+                           handed_fd=fd, runtime_classes=bool(values[RUNTIME_CLASSES]))
 
 
 def _run(values: flags.Values) -> int:

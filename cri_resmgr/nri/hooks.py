@@ -19,12 +19,22 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.nri import ttrpc
 from cri_resmgr.nri.view import NriRuntime, container_config, cpuset_update, cri_resources, sandbox_config
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Interceptor, Keep, Request
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptError,
+    InterceptionTable,
+    Interceptor,
+    Keep,
+    Request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +69,27 @@ class Hooks:
     it the interceptors of the policy in force and the dumper."""
 
     def __init__(self, runtime: NriRuntime, flush: Callable[[], Awaitable[None]],
-                 on_synchronize: Callable[[], Awaitable[None]] | None = None):
+                 on_synchronize: Callable[[], Awaitable[None]] | None = None,
+                 on_configure: Callable[[], Awaitable[None]] | None = None,
+                 on_unknown: Callable[[str], None] | None = None):
         self._runtime = runtime
         self._flush = flush
+        # Configure activates the plugin (its configuration, so its policy, in force):
+        # a runtime may never send Synchronize (containerd before 1.7.26 to plugins it
+        # launched), which then reconciles with what the runtime reports.
+        self.on_configure = on_configure
         self.on_synchronize = on_synchronize
+        # An event named a running container the plugin had not heard of (it predates
+        # the plugin, or its creation was never reported: containerd#13698): the id.
+        self.on_unknown = on_unknown
         self._interceptors: InterceptionTable = {}
         self.dumper: DumpSink | None = None
         self._lock = asyncio.Lock()  # one hook at a time, so collected updates reach the right reply
         self._sync_parts: tuple[list[api.PodSandbox], list[api.Container]] | None = None
         self._sync_started = 0.0  # monotonic time of a Synchronize's first part
         self.runtime_config = ""  # ConfigureRequest.config, see `configure`
+        # -nri-runtime-classes: a container's (blockio, rdt) classes by id, named in its adjustment.
+        self.classes_of: Callable[[str], tuple[str | None, str | None]] | None = None
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
@@ -96,7 +117,22 @@ class Hooks:
         if req.request_timeout > 0:
             self.request_timeout = req.request_timeout / 1000
         self._sync_parts = None  # a new session: parts of a Synchronize the last one cut short are stale
+        self._runtime.configured()
+        if self.on_configure is not None:
+            async with self._lock:
+                work = asyncio.ensure_future(self._guarded("Configure", self.on_configure))
+                deadline = self.request_timeout * HOOK_SHARE
+                try:
+                    await asyncio.wait_for(asyncio.shield(work), deadline)
+                except TimeoutError:
+                    log.warning("activating takes longer than %gs: answering Configure before it is done", deadline)
         return api.ConfigureResponse(events=event_mask())
+
+    async def _guarded(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await fn()
+        except Exception as e:  # the runtime still gets its answer
+            self._failed(name, e)
 
     async def synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
         """The runtime's pods and containers; in parts (`more`) from newer runtimes."""
@@ -179,10 +215,26 @@ class Hooks:
         reply = api.CreateContainerResponse(update=[u for u in updates if u.container_id != c.id])
         if isinstance(sent, pb.CreateContainerRequest):
             _adjust(reply.adjust, c.linux.resources.cpu, sent.config.linux.resources)
+            if self.classes_of is not None:
+                blockio, rdt = self.classes_of(c.id)
+                if blockio:
+                    reply.adjust.linux.resources.blockio_class.value = blockio
+                if rdt:
+                    reply.adjust.linux.resources.rdt_class.value = rdt
         return reply
 
+    def _heard_of(self, pod: api.PodSandbox, c: api.Container, state: int | None = None) -> None:
+        """Records what an event says of a container; one the plugin had not heard of
+        (not a CreateContainer's) is reported to `on_unknown`."""
+        known = self._runtime.knows(c.id)
+        self._runtime.pod(pod)
+        self._runtime.container(c, state)
+        stopped = (state if state is not None else c.state) == api.CONTAINER_STOPPED
+        if not known and not stopped and c.id and self.on_unknown is not None:
+            self.on_unknown(c.id)
+
     async def start_container(self, req: api.StartContainerRequest) -> api.StartContainerResponse:
-        self._runtime.container(req.container, api.CONTAINER_RUNNING)
+        self._heard_of(req.pod, req.container, api.CONTAINER_RUNNING)
         await self._hook("StartContainer", pb.StartContainerRequest(container_id=req.container.id),
                          pb.StartContainerResponse(), collect=False)
         return api.StartContainerResponse()
@@ -190,20 +242,27 @@ class Hooks:
     async def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         """kubelet's update, with the policy's cpuset kept."""
         c = req.container
+        self._heard_of(req.pod, c)
         cri = pb.UpdateContainerResourcesRequest(container_id=c.id,
                                                  linux=cri_resources(req.linux_resources))
-        sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
+        try:
+            sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
+        except InterceptError as e:  # a resize the policy cannot meet: the runtime fails the update
+            raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
         reply = api.UpdateContainerResponse(update=[u for u in updates if u.container_id != c.id])
-        if isinstance(sent, pb.UpdateContainerResourcesRequest):
-            cpu = req.linux_resources.cpu
-            if (sent.linux.cpuset_cpus, sent.linux.cpuset_mems) != (cpu.cpus, cpu.mems):
-                # Only the cpuset: NRI applies it over kubelet's request, and each field a
-                # plugin sets is claimed as its own (another plugin setting it fails the update).
-                reply.update.append(cpuset_update(c.id, sent.linux))
+        own = [u for u in updates if u.container_id == c.id]
+        cpu = req.linux_resources.cpu
+        if isinstance(sent, pb.UpdateContainerResourcesRequest) and \
+                (sent.linux.cpuset_cpus, sent.linux.cpuset_mems) != (cpu.cpus, cpu.mems):
+            # Only the cpuset: NRI applies it over kubelet's request, and each field a
+            # plugin sets is claimed as its own (another plugin setting it fails the update).
+            reply.update.append(cpuset_update(c.id, sent.linux))
+        elif own:  # adopted meanwhile (it was unknown): its placement goes over kubelet's request too
+            reply.update.append(own[-1])
         return reply
 
     async def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
-        self._runtime.container(req.container, api.CONTAINER_STOPPED)
+        self._heard_of(req.pod, req.container, api.CONTAINER_STOPPED)
         _, updates = await self._hook("StopContainer", pb.StopContainerRequest(container_id=req.container.id),
                                       pb.StopContainerResponse())
         return api.StopContainerResponse(update=[u for u in updates if u.container_id != req.container.id])
@@ -268,6 +327,8 @@ class Hooks:
                 if collect:
                     await self._flushed()
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
+                if isinstance(e, InterceptError) and e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise  # but a resize it cannot meet does: nothing was changed (engine/resmgr.py)
                 self._failed(name, e)
                 sent.clear()
             finally:

@@ -61,10 +61,12 @@ def cri_resources(r: api.LinuxResources) -> pb.LinuxContainerResources:
 
 
 def sandbox_config(p: api.PodSandbox) -> pb.PodSandboxConfig:
+    linux = pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent)
+    if p.linux.HasField("pod_resources"):  # pod-level resources (KEP-2837)
+        linux.resources.CopyFrom(cri_resources(p.linux.pod_resources))
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=p.name, uid=p.uid, namespace=p.namespace),
-        labels=dict(p.labels), annotations=dict(p.annotations),
-        linux=pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent))
+        labels=dict(p.labels), annotations=dict(p.annotations), linux=linux)
 
 
 def cri_container(c: api.Container) -> pb.Container:
@@ -100,6 +102,15 @@ class NriRuntime:
         self.runtime_version = ""
         self._send: SendUpdates | None = None
         self._collecting: dict[str, api.ContainerUpdate] | None = None
+        # False until the runtime's Synchronize of this session: then a container the
+        # view does not know may still run (engine.runtime.listing_complete).
+        self.listing_complete = False
+        # Updates for containers the view has not heard of while it is partial: held
+        # until a Synchronize says whether they exist (`synchronize`), or sent with
+        # UpdateContainers when none comes (`release_deferred`).
+        self._deferred: dict[str, api.ContainerUpdate] = {}
+        # Updates waiting for the next hook's reply (deferred ones a Synchronize confirmed).
+        self._carry: dict[str, api.ContainerUpdate] = {}
 
     @property
     def path(self) -> str:
@@ -120,11 +131,27 @@ class NriRuntime:
 
     # -- what NRI reports --------------------------------------------------------------
 
+    def configured(self) -> None:
+        """A new session: partial until its Synchronize (which may never come)."""
+        self.listing_complete = False
+
     def synchronize(self, pods: Iterable[api.PodSandbox], containers: Iterable[api.Container]) -> None:
-        """Everything the runtime has now; what we knew before is forgotten."""
+        """Everything the runtime has now; what we knew before is forgotten. Deferred
+        updates of containers it names go with the next reply; the others are gone."""
         self.pods = {p.id: p for p in pods}
         self.stopped_pods = set()
         self.containers = {c.id: c for c in containers}
+        self.listing_complete = True
+        deferred, self._deferred = self._deferred, {}
+        self._carry.update({cid: u for cid, u in deferred.items() if cid in self.containers})
+
+    def release_deferred(self) -> list[api.ContainerUpdate]:
+        """No Synchronize came: the deferred updates, to send with UpdateContainers."""
+        deferred, self._deferred = self._deferred, {}
+        return list(deferred.values())
+
+    def knows(self, container_id: str) -> bool:
+        return container_id in self.containers
 
     def pod(self, p: api.PodSandbox) -> None:
         if p.id:
@@ -156,7 +183,7 @@ class NriRuntime:
 
     def collect(self) -> None:
         """From now until `collected`, updates are kept for the reply of the hook being answered."""
-        self._collecting = {}
+        self._collecting, self._carry = self._carry, {}
 
     def collected(self) -> list[api.ContainerUpdate]:
         updates, self._collecting = self._collecting, None
@@ -164,9 +191,12 @@ class NriRuntime:
 
     async def _update(self, request: pb.UpdateContainerResourcesRequest) -> pb.UpdateContainerResourcesResponse:
         cid = request.container_id
-        if cid not in self.containers:
-            raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {cid} is not known to the runtime")
         update = cpuset_update(cid, request.linux)
+        if cid not in self.containers:
+            if self.listing_complete:
+                raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {cid} is not known to the runtime")
+            self._deferred[cid] = update  # the runtime may well have it: see `synchronize`
+            return pb.UpdateContainerResourcesResponse()
         if self._collecting is not None:
             self._collecting[cid] = update
             return pb.UpdateContainerResourcesResponse()
@@ -238,10 +268,18 @@ class NriRuntime:
             raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {container_id} is not known to the runtime")
         cri = cri_container(c)
         r = cri_resources(c.linux.resources)
-        spec = {"linux": {"resources": {
+        linux: dict[str, object] = {"resources": {
             "cpu": {"shares": r.cpu_shares, "quota": r.cpu_quota, "period": r.cpu_period,
                     "cpus": r.cpuset_cpus, "mems": r.cpuset_mems},
-            "memory": {"limit": r.memory_limit_in_bytes}}}}
+            "memory": {"limit": r.memory_limit_in_bytes}}}
+        if c.linux.cgroups_path:  # where the engine's block I/O and RDT classes go (engine/classes.py)
+            linux["cgroupsPath"] = c.linux.cgroups_path
+        spec = {"linux": linux}
         status = pb.ContainerStatus(id=c.id, metadata=cri.metadata, state=cri.state,
                                     labels=dict(c.labels), annotations=dict(c.annotations))
-        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps({"runtimeSpec": spec})})
+        # The pid, as containerd's verbose status has it: the reconcile reads the real cpuset
+        # from the process's cgroup (engine/realcpuset.py), which the spec cannot show.
+        verbose: dict[str, object] = {"runtimeSpec": spec}
+        if c.pid:
+            verbose["pid"] = c.pid
+        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps(verbose)})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
@@ -17,6 +17,26 @@ from cri_resmgr.topology.cpuset import CPUSet
 ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
 # Annotations whose key contains this are kept on a Workload (and in the state file).
 ANNOTATION_DOMAIN = "cri-resource-manager.intel.com"
+
+
+def annotation_keys(key: str, container: str) -> tuple[str, ...]:
+    """The keys that may carry annotation `key` for `container`, first found wins: the
+    container's own, then the pod's, then the plain key, each in both forms the references
+    use: `cri-resource-manager.intel.com/NAME[/container.C|/pod]` and
+    `NAME.cri-resource-manager.intel.com[/container.C|/pod]` (CRI Resource Manager's own
+    form; balloon.balloons... has only this one). `key` may be given in either form; a key
+    outside the domain is looked up as it is."""
+    suffix = "." + ANNOTATION_DOMAIN
+    if key.startswith(ANNOTATION_PREFIX):
+        name = key[len(ANNOTATION_PREFIX):]
+    elif key.endswith(suffix):
+        name = key[:-len(suffix)]
+    else:
+        return (f"{key}/container.{container}", f"{key}/pod", key)
+    bases = (ANNOTATION_PREFIX + name, name + suffix)
+    if key.endswith(suffix):
+        bases = bases[::-1]
+    return tuple(f"{base}{scope}" for scope in (f"/container.{container}", "/pod", "") for base in bases)
 
 
 class QoS(str, enum.Enum):
@@ -54,8 +74,9 @@ class Workload:
 
     def effective_annotation(self, key: str) -> str | None:
         """The value of annotation `key` for this container: `key/container.NAME`, then
-        `key/pod`, then `key`, each looked up in the container's and then the pod's annotations."""
-        for candidate in (f"{key}/container.{self.name}", f"{key}/pod", key):
+        `key/pod`, then `key` (each in both forms, annotation_keys), each looked up in the
+        container's and then the pod's annotations."""
+        for candidate in annotation_keys(key, self.name):
             for source in (self.container_annotations, self.pod_annotations):
                 if candidate in source:
                     return source[candidate]
@@ -152,3 +173,21 @@ class Policy(Protocol):
 
 class PolicyError(CriResmgrError):
     pass
+
+
+class ResizeError(PolicyError):
+    """A resize the policy cannot meet (e.g. too few free CPUs for the new exclusive
+    set). Raised before anything changed: the container keeps what it has."""
+
+
+@runtime_checkable
+class Resizable(Protocol):
+    """A policy that re-decides a placed container in place when its requests change
+    (an in-place pod resize), keeping what it can of the CPUs the container has.
+    Policies without it are resized by release and allocate (engine/resize.py)."""
+
+    def resize(self, workload: Workload) -> Decision:
+        """`workload`: the placed container (same key and QoS class) with its new
+        requests and limits. The decision's resources are its new ones, `others` the
+        other containers whose resources changed. Raises ResizeError, with nothing
+        changed, when the new size cannot be met."""

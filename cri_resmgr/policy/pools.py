@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cri_resmgr.bounded import clip, short
-from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
@@ -285,7 +285,12 @@ class PoolPolicy:
     _base_shared: CPUSet
     _reserved: CPUSet
 
-    def allocate(self, workload: Workload) -> Decision:  # pragma: no cover - abstract
+    def allocate(self, workload: Workload) -> Decision:
+        self._check_new(workload)
+        return self._place(workload, None)
+
+    def _place(self, workload: Workload, prefer: CPUSet | None) -> Decision:  # pragma: no cover - abstract
+        """Places a container not in the book; exclusive CPUs from `prefer` first."""
         raise NotImplementedError
 
     def _valid(self, workload: Workload, assignment: Assignment) -> bool:  # pragma: no cover
@@ -309,6 +314,40 @@ class PoolPolicy:
         if back:
             self._book.set_shared(self._book.shared | back, others)
         return Decision(others=others)
+
+    def resize(self, workload: Workload) -> Decision:
+        """In place (policy.api.Resizable): the member is taken out and placed again
+        with its new requests, its exclusive CPUs preferred (a shrink keeps a subset of
+        them, a growth adds to them); when the new size cannot be met it is put back
+        exactly as it was and ResizeError says why."""
+        key, book = workload.key, self._book
+        old = book.members.get(key)
+        if old is None:
+            raise PolicyError(f"{self.name}: cannot resize {workload} ({key}): not placed")
+        shared_before = book.shared
+        others: dict[str, Resources] = {}
+        book.remove(key)
+        back = old.exclusive & self._base_shared
+        if back:
+            book.set_shared(book.shared | back, others)
+        try:
+            decision = self._place(workload, old.exclusive or None)
+        except BaseException:
+            self._put_back(key, old, shared_before)
+            raise
+        if decision.warning:
+            self._put_back(key, old, shared_before)
+            # The placement's warning without where it would have run instead: it does not.
+            raise ResizeError(decision.warning.partition("; running it on")[0])
+        others.update(decision.others)
+        others.pop(key, None)
+        return Decision(decision.resources, others)
+
+    def _put_back(self, key: str, member: Member, shared: CPUSet) -> None:
+        """Undoes a resize that did not fit: nobody was told of the change in between."""
+        self._book.remove(key)
+        self._book.set_shared(shared)
+        self._book.add(key, member.kind, member.pool, member.exclusive)
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
         dups = duplicate_keys(w.key for w, _ in items)

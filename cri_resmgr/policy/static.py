@@ -82,8 +82,7 @@ class StaticPolicy(PoolPolicy):
     def strict(self) -> bool:
         return self._strict
 
-    def allocate(self, workload: Workload) -> Decision:
-        self._check_new(workload)
+    def _place(self, workload: Workload, prefer: CPUSet | None) -> Decision:
         book = self._book
         n = exclusive_cpus_wanted(workload)
         warning = None
@@ -91,7 +90,7 @@ class StaticPolicy(PoolPolicy):
             free = self._assignable - book.used
             # Never the shared pool's last CPU: shared containers need one.
             if n <= len(free) and n < len(book.shared):
-                cpus = self._allocator.allocate(free, n)
+                cpus = self._allocator.allocate(free, n, prefer)
                 others: dict[str, Resources] = {}
                 self._take_from_shared(cpus, others)
                 return Decision(book.add(workload.key, Kind.EXCLUSIVE, POOL_EXCLUSIVE, cpus), others)

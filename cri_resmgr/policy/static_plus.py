@@ -84,8 +84,7 @@ class StaticPlusPolicy(PoolPolicy):
         whole, fraction = divmod(workload.cpu_request, 1000)
         return POOL_SHARED, whole, fraction > 0
 
-    def allocate(self, workload: Workload) -> Decision:
-        self._check_new(workload)
+    def _place(self, workload: Workload, prefer: CPUSet | None) -> Decision:
         book = self._book
         pool, n, mixed = self._wanted(workload)
         warning = None
@@ -94,10 +93,10 @@ class StaticPlusPolicy(PoolPolicy):
             cpus = None
             free_isolated = self._isolated - book.used
             if workload.prefer_isolated is not False and len(free_isolated) >= n:
-                cpus = self._allocator.allocate(free_isolated, n)
+                cpus = self._allocator.allocate(free_isolated, n, prefer)
                 source = POOL_ISOLATED
             elif n < len(book.shared):
-                cpus = self._allocator.allocate(book.shared, n)
+                cpus = self._allocator.allocate(book.shared, n, prefer)
                 source = POOL_EXCLUSIVE
                 self._take_from_shared(cpus, others)
             if cpus is not None:

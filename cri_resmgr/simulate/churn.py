@@ -5,6 +5,9 @@ fractional and integer Guaranteed containers (about one in eight exclusive),
 some burstable ones over a whole CPU, a few in kube-system, some pods with two
 containers or an init container. The live containers hover around `target`
 (default: half the CPUs); a deleted pod goes through the calls kubelet makes.
+With `resizes` (a fraction of the steps), live containers are resized in place
+as kubelet forwards it, within their QoS class: Guaranteed ones to another whole
+or fractional size, Burstable ones to another request.
 """
 
 from __future__ import annotations
@@ -12,23 +15,42 @@ from __future__ import annotations
 import random
 
 from cri_resmgr.simulate.calls import Call
-from cri_resmgr.simulate.podcalls import Container, Ids, Pod, Started, delete_calls, start_calls
+from cri_resmgr.simulate.podcalls import (
+    Container,
+    Ids,
+    Pod,
+    Resize,
+    Started,
+    delete_calls,
+    qos_class,
+    resize_call,
+    start_calls,
+)
 
-__all__ = ["churn_calls"]
+__all__ = ["churn_calls", "resize_step"]
 
 MIB = 1 << 20
 
 
-def churn_calls(containers: int, seed: int, target: int) -> list[Call]:
+def churn_calls(containers: int, seed: int, target: int, resizes: float = 0.0) -> list[Call]:
     """Calls that create `containers` containers, deleting pods as they go; what is alive
-    at the end stays (the final allocation shows it)."""
+    at the end stays (the final allocation shows it). `resizes`: the fraction of steps
+    that resize a live container (0: none, and the same calls as before there were any)."""
     rng = random.Random(seed)
+    resize_rng = random.Random(seed + 1)  # its own stream: the rest of the churn stays as it was
     ids = Ids()
     calls: list[Call] = []
     live: list[Started] = []
     live_containers = created = n = 0
     target = max(target, 4)
     while created < containers:
+        if resizes and live and resize_rng.random() < resizes:
+            i = resize_rng.randrange(len(live))
+            step = resize_step(resize_rng, live[i].pod)
+            if step is not None:
+                call, live[i] = resize_call(live[i], step, f"churn: resize {step}")
+                calls.append(call)
+            continue
         if live and (live_containers >= target or rng.random() < 0.25):
             gone = live.pop(rng.randrange(len(live)))
             live_containers -= len(gone.pod.containers)
@@ -68,3 +90,24 @@ def _container(rng: random.Random, name: str, roll: float) -> Container:
         cpu = 1000 * rng.choice([1, 1, 2, 4])
         return Container(name, {"cpu": cpu, "memory": mem}, {"cpu": cpu, "memory": mem})
     return Container(name, {"cpu": rng.choice([1500, 2500]), "memory": mem})
+
+
+def resize_step(rng: random.Random, pod: Pod) -> Resize | None:
+    """A new size for one of the pod's containers, keeping the pod's QoS class."""
+    c = rng.choice(pod.containers)
+    qos = qos_class(pod)
+    if qos == "BestEffort":
+        return None
+    if qos == "Guaranteed":
+        cpu = rng.choice([200, 500, 750, 1000, 1000, 2000, 3000, 4000])
+        requests = {**c.requests, "cpu": cpu}
+        limits = {**c.limits, "cpu": cpu}
+    else:
+        if "cpu" not in c.requests and "cpu" not in c.limits:
+            return None
+        cpu = rng.choice([100, 250, 500, 1500, 2500])
+        requests, limits = {**c.requests, "cpu": cpu}, dict(c.limits)
+        if "cpu" in limits:
+            limits["cpu"] = max(limits["cpu"], cpu)
+    step = Resize(pod.name, pod.namespace, c.name, requests, limits)
+    return step if qos_class(step.applied(pod)) == qos else None

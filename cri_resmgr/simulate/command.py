@@ -48,6 +48,17 @@ CHURN = flags.option("churn", "N", "The workload: generated pods created and del
 SEED = flags.option("seed", "S", "Seed of -churn.", 1, flags.integer())
 LIVE = flags.option("live", "N", "-churn keeps about N containers alive (default: half the CPUs).", None,
                     flags.integer(low=1))
+
+
+def _fraction(text: str) -> float:
+    value = flags.number(low=0)(text)
+    if value > 0.9:
+        raise ValueError(f"{text} is not in the range 0-0.9")
+    return value
+
+
+RESIZES = flags.option("resizes", "FRACTION", "-churn also resizes live containers in place, as kubelet forwards it, "
+                       "in this fraction of its steps (0-0.9; default 0).", 0.0, _fraction)
 OUTPUT = flags.choice("o", "Output: text for an operator, or JSON for tools.", ("text", "json"), "text")
 BRIEF = flags.switch("brief", "Text: leave out each decision and the picture; warnings (the first 20), pools, "
                      "invariants and timing only.")
@@ -63,7 +74,7 @@ COMMAND = flags.Command(
     "not met, the final allocation as `cri-resmgr status` draws it, invariant checks and decision timing. Exit "
     "status 1 when an invariant does not hold.",
     (POLICY, FORCE_CONFIG, FALLBACK_CONFIG, HOST_ROOT, TOPOLOGY, SHAPE, PRINT_MACHINE, DUMP, PODS, CHURN, SEED, LIVE,
-     OUTPUT, BRIEF, CHECK_EVERY),
+     RESIZES, OUTPUT, BRIEF, CHECK_EVERY),
 )
 
 
@@ -147,8 +158,12 @@ def _workload(values: flags.Values, topology: Topology) -> tuple[list[Call], str
         return dumpread.read_dump(dump).calls, f"dump {dump}"
     if (pods_file := values[PODS]) is not None:
         found = pods.read_pods(pods_file)
-        return pods.pod_calls(found), f"{len(found)} pods from {pods_file}"
+        steps = sum(isinstance(item, pods.Resize) for item in found)
+        return pods.pod_calls(found), (f"{len(found) - steps} pods" + (f" and {steps} resizes" if steps else "")
+                                       + f" from {pods_file}")
     n, seed = values[CHURN], values[SEED]
     assert n is not None  # one of the three was given (_one_of)
     live = values[LIVE] or max(4, len(topology.online) // 2)
-    return churn.churn_calls(n, seed, live), f"churn of {n} containers (seed {seed}, about {live} alive)"
+    rate = values[RESIZES]
+    return churn.churn_calls(n, seed, live, rate), (f"churn of {n} containers (seed {seed}, about {live} alive"
+                                                    + (f", {rate:g} of the steps resizes" if rate else "") + ")")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.simulate.calls import Call
 
-__all__ = ["Container", "Pod", "Ids", "start_calls", "delete_calls", "qos_class"]
+__all__ = ["Container", "Pod", "Resize", "Ids", "start_calls", "delete_calls", "resize_call", "qos_class"]
 
 MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262144, 1024
 QUOTA_PERIOD, MIN_QUOTA = 100000, 1000
@@ -50,6 +50,30 @@ class Pod:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Resize:
+    """An in-place resize of one container of a pod started before: its new requests
+    and limits, as kubelet forwards them (UpdateContainerResources)."""
+
+    pod: str
+    namespace: str
+    container: str
+    requests: Mapping[str, int] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}:{self.container}"
+
+    def applied(self, pod: Pod) -> Pod:
+        """`pod` with the container's new sizes."""
+        def new(c: Container) -> Container:
+            if c.name != self.container:
+                return c
+            return Container(c.name, dict(self.requests), dict(self.limits), c.labels, c.annotations)
+        return Pod(pod.name, tuple(new(c) for c in pod.containers), pod.namespace, pod.uid, pod.labels,
+                   pod.annotations, pod.init_containers)
 
 
 class Ids:
@@ -157,3 +181,17 @@ def delete_calls(started: Started, where: str) -> Iterator[Call]:
                    where)
     yield Call("RemovePodSandbox", pb.RemovePodSandboxRequest(pod_sandbox_id=started.sandbox_id),
                pb.RemovePodSandboxResponse(), where)
+
+
+def resize_call(started: Started, resize: Resize, where: str) -> tuple[Call, Started]:
+    """kubelet's UpdateContainerResources for an in-place resize (the pod's QoS class
+    stays: Kubernetes refuses a resize that would change it), and the pod as it is after."""
+    names = [c.name for c in started.pod.init_containers + started.pod.containers]
+    index = names.index(resize.container)
+    pod = resize.applied(started.pod)
+    container = next(c for c in pod.containers if c.name == resize.container)
+    call = Call("UpdateContainerResources",
+                pb.UpdateContainerResourcesRequest(container_id=started.container_ids[index],
+                                                   linux=linux_resources(container)),
+                pb.UpdateContainerResourcesResponse(), where)
+    return call, Started(pod, started.sandbox_id, started.container_ids)

@@ -3,7 +3,9 @@
 Accepted: a YAML list of pods, a `kind: List` with `items` (what `kubectl get pods
 -o yaml` prints), or several documents. A pod is a Kubernetes Pod (metadata, spec
 with containers and initContainers, each with resources.requests/limits), or the
-short form {name, namespace, labels, annotations, containers}. Errors name the
+short form {name, namespace, labels, annotations, containers}. Between pods, a step
+`{resize: {pod, namespace, container, resources: {requests, limits}}}` resizes a
+container of a pod listed before, in place, as kubelet forwards it. Errors name the
 file, the pod and the field: "pods.yaml: pod 3 (default/web): containers[0]:
 resources.limits.cpu: ...".
 """
@@ -17,15 +19,17 @@ import yaml
 
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 from cri_resmgr.simulate.calls import Call, WorkloadError
-from cri_resmgr.simulate.podcalls import Container, Ids, Pod, start_calls
+from cri_resmgr.simulate.podcalls import Container, Ids, Pod, Resize, Started, qos_class, resize_call, start_calls
 
-__all__ = ["read_pods", "parse_pods", "pod_calls"]
+__all__ = ["read_pods", "parse_pods", "pod_calls", "Resize"]
 
 _POD_KEYS = {"name", "namespace", "uid", "labels", "annotations", "containers", "initContainers"}
 _CONTAINER_KEYS = {"name", "resources", "requests", "limits", "labels", "annotations"}
+_RESIZE_KEYS = {"pod", "namespace", "container", "resources", "requests", "limits"}
+Item = Pod | Resize
 
 
-def read_pods(path: str) -> list[Pod]:
+def read_pods(path: str) -> list[Item]:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -34,7 +38,7 @@ def read_pods(path: str) -> list[Pod]:
     return parse_pods(text, path)
 
 
-def parse_pods(text: str, source: str) -> list[Pod]:
+def parse_pods(text: str, source: str) -> list[Item]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
@@ -51,21 +55,64 @@ def parse_pods(text: str, source: str) -> list[Pod]:
             items.append(d)
     if not items:
         raise WorkloadError(f"{source}: no pods")
-    pods = [_pod(item, f"{source}: pod {i + 1}") for i, item in enumerate(items)]
-    seen: set[str] = set()
-    for i, p in enumerate(pods):
+    out: list[Item] = []
+    seen: dict[str, Pod] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and "resize" in item:
+            step = _resize(item, f"{source}: step {i + 1}", seen)
+            seen[f"{step.namespace}/{step.pod}"] = step.applied(seen[f"{step.namespace}/{step.pod}"])
+            out.append(step)
+            continue
+        p = _pod(item, f"{source}: pod {i + 1}")
         if str(p) in seen:
             raise WorkloadError(f"{source}: pod {i + 1}: {p} is listed twice")
-        seen.add(str(p))
-    return pods
+        seen[str(p)] = p
+        out.append(p)
+    return out
 
 
-def pod_calls(pods: list[Pod]) -> list[Call]:
+def pod_calls(items: list[Item]) -> list[Call]:
     ids = Ids()
     calls: list[Call] = []
-    for pod in pods:
-        calls += start_calls(pod, ids, f"pod {pod}")[0]
+    started: dict[str, Started] = {}
+    for item in items:
+        if isinstance(item, Resize):
+            pod = f"{item.namespace}/{item.pod}"
+            call, started[pod] = resize_call(started[pod], item, f"resize {item}")
+            calls.append(call)
+            continue
+        new, started[str(item)] = start_calls(item, ids, f"pod {item}")
+        calls += new
     return calls
+
+
+def _resize(item: Mapping[str, Any], where: str, pods: Mapping[str, Pod]) -> Resize:
+    """A resize step, checked against the pod as it is by then."""
+    if set(item) != {"resize"} or not isinstance(item["resize"], Mapping):
+        raise WorkloadError(f"{where}: expected {{resize: {{pod, namespace, container, resources}}}}")
+    r = item["resize"]
+    unknown = set(r) - _RESIZE_KEYS
+    if unknown:
+        raise WorkloadError(f"{where}: resize: unknown keys {', '.join(sorted(map(str, unknown)))} "
+                            f"(known: {', '.join(sorted(_RESIZE_KEYS))})")
+    namespace = r.get("namespace", "default")
+    name, container = r.get("pod"), r.get("container")
+    if not all(isinstance(v, str) and v for v in (name, namespace, container)):
+        raise WorkloadError(f"{where}: resize: pod, namespace and container must be non-empty strings")
+    pod = pods.get(f"{namespace}/{name}")
+    if pod is None:
+        raise WorkloadError(f"{where}: resize: no pod {namespace}/{name} listed before it")
+    if container not in [c.name for c in pod.containers]:
+        raise WorkloadError(f"{where}: resize: pod {namespace}/{name} has no container {container!r} "
+                            "(init containers are not resized)")
+    c = _container({"name": container, **{k: r[k] for k in ("resources", "requests", "limits") if k in r}},
+                   f"{where}: resize")
+    step = Resize(str(name), str(namespace), str(container), c.requests, c.limits)
+    before, after = qos_class(pod), qos_class(step.applied(pod))
+    if before != after:
+        raise WorkloadError(f"{where}: resize of {step} would change the pod's QoS class from {before} to "
+                            f"{after}, which Kubernetes refuses")
+    return step
 
 
 def _pod(item: Any, where: str) -> Pod:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cri_resmgr.policy.api import Assignment, Decision, Policy, Resources, Workload
+from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, ResizeError, Resources, Workload
 from cri_resmgr.policy.usage import PolicyUsage
 
 __all__ = ["Event", "RecordingPolicy"]
@@ -19,7 +19,7 @@ __all__ = ["Event", "RecordingPolicy"]
 
 @dataclass(frozen=True)
 class Event:
-    action: str  # "allocate" or "release"
+    action: str  # "allocate", "resize" or "release"
     key: str
     container: str  # namespace/pod:name
     decision: Decision
@@ -54,6 +54,18 @@ class RecordingPolicy:
         d = self.inner.release(key)
         ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
         self._events.append(Event("release", key, self.names.get(key, key), d, ns, None, cpu))
+        return d
+
+    def resize(self, workload: Workload) -> Decision:
+        """policy.api.Resizable, when the policy is (every built-in one is)."""
+        if not isinstance(self.inner, Resizable):
+            raise ResizeError(f"policy {type(self.inner).__name__} cannot resize containers")
+        self.names[workload.key] = str(workload)
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        d = self.inner.resize(workload)
+        ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
+        self._events.append(Event("resize", workload.key, str(workload), d, ns, self.inner.assignment(workload.key),
+                                  cpu))
         return d
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:

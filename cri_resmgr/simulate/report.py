@@ -35,7 +35,8 @@ def decision_line(e: Event) -> str:
     if e.action == "release":
         return f"{e.container}: released"
     r = e.decision.resources
-    return f"{e.container}: " + (describe.placement(e.assignment, r) if r is not None else "not placed by the policy")
+    text = describe.placement(e.assignment, r) if r is not None else "not placed by the policy"
+    return f"{e.container}: {'resized: ' if e.action == 'resize' else ''}{text}"
 
 
 def timing(o: Outcome) -> dict[str, Any]:

@@ -14,6 +14,7 @@ HOLDER_COLOURS = ("1;36", "1;35", "1;34", "1;31", "1;32", "1;33")
 POOL_COLOURS = {"shared": "32", "reserved": "33", "isolated": "35", "idle": "2"}
 
 HEADERS = ("CONTAINER", "NAMESPACE", "POD", "NAME", "QOS", "CPU", "POOL", "EXCLUSIVE", "SHARED", "MEMS", "ID")
+CLASS_HEADERS = ("BLOCKIO", "RDT")
 
 
 def render(view: View, colour: bool = False) -> str:
@@ -40,9 +41,13 @@ def render(view: View, colour: bool = False) -> str:
 
 
 def _table(rows: Sequence[Row], colour: bool) -> list[str]:
-    cells = [HEADERS] + [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive,
-                          r.shared, r.mems, r.id) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
+    cells: list[tuple[str, ...]] = [HEADERS]
+    cells += [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive, r.shared, r.mems, r.id)
+              for r in rows]
+    if any(r.blockio != "-" or r.rdt != "-" for r in rows):  # block I/O and RDT classes, when any is given
+        cells = [(*cells[0][:-1], *CLASS_HEADERS, cells[0][-1])] + \
+            [(*row[:-1], r.blockio, r.rdt, row[-1]) for row, r in zip(cells[1:], rows, strict=True)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     out = []
     for n, row in enumerate(cells):
         text = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()

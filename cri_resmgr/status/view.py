@@ -52,6 +52,8 @@ class Row:
     shared: str
     mems: str
     id: str
+    blockio: str = "-"  # block I/O class (docs/classes.md)
+    rdt: str = "-"  # RDT class
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,8 @@ def _row(c: Mapping[str, Any], short: str) -> Row:
     return Row(short=short, namespace=c["namespace"], pod=c["pod"], name=c["name"], qos=c["qos"],
                cpu_request=_milli(c["requests"]["cpu_milli"]), pool=c["pool"] or "-",
                exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
-               id=(c["id"] or "creating")[:12])
+               id=(c["id"] or "creating")[:12], blockio=c.get("blockio_class") or "-",
+               rdt=c.get("rdt_class") or "-")
 
 
 def _milli(value: int) -> str:

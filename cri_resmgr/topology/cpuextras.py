@@ -54,7 +54,8 @@ class _Grouping:
 def read_caches(
     rd: Reader, cdir: str, online: CPUSet
 ) -> tuple[dict[int, int], dict[int, int], list[CacheInfo]]:
-    """L2 and L3 groups from cpuN/cache/index*/{level,type,shared_cpu_list,size}."""
+    """L2 and L3 groups from cpuN/cache/index*/{level,type,shared_cpu_list,size}; kernels
+    whose cache directories have no shared_cpu_list give the same as shared_cpu_map."""
     levels = {2: _Grouping(rd, "L2 cache"), 3: _Grouping(rd, "L3 cache")}
     sizes: dict[tuple[int, int], int | None] = {}
     hint: dict[int, str] = {}  # level -> index dir that held it last time: usually the same
@@ -67,10 +68,14 @@ def read_caches(
             index = _find_index(rd, base, level, hint)
             if index is None:
                 continue
-            shared = rd.cpulist(f"{index}/shared_cpu_list")
+            source = f"{index}/shared_cpu_list"
+            shared = rd.cpulist(source)
+            if shared is None:
+                source = f"{index}/shared_cpu_map"
+                shared = rd.cpumask(source)
             if shared is None:
                 continue
-            gid = levels[level].add(f"{index}/shared_cpu_list", cpu, shared & online)
+            gid = levels[level].add(source, cpu, shared & online)
             if gid is not None and (level, gid) not in sizes:
                 sizes[(level, gid)] = _size_kb(rd, f"{index}/size")
     caches = [

@@ -89,10 +89,14 @@ class CPUSet:
     ``CPUSet([0, 1, 2])``, ``CPUSet("0-2")``, ``CPUSet.parse("0-2\\n")``.
     """
 
-    __slots__ = ("_cpus", "_sorted")
+    # _sorted and _text are computed once, on first use: the set never changes, and a
+    # policy's decision on a big sparse machine would otherwise format the same shared
+    # pool's text (some 0.2 ms at 4096 CPUs) for every container it updates and logs.
+    __slots__ = ("_cpus", "_sorted", "_text")
 
     _cpus: frozenset[int]
     _sorted: tuple[int, ...] | None
+    _text: str | None
 
     def __init__(self, cpus: Iterable[int] | str = ()) -> None:
         if isinstance(cpus, str):
@@ -107,6 +111,7 @@ class CPUSet:
                     raise ValueError(f"invalid CPU id {cpu!r}: must be a non-negative int")
         object.__setattr__(self, "_cpus", frozen)
         object.__setattr__(self, "_sorted", None)
+        object.__setattr__(self, "_text", None)
 
     @classmethod
     def parse(cls, text: str) -> CPUSet:
@@ -119,6 +124,7 @@ class CPUSet:
         obj = object.__new__(cls)
         object.__setattr__(obj, "_cpus", frozen)
         object.__setattr__(obj, "_sorted", None)
+        object.__setattr__(obj, "_text", None)
         return obj
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -161,7 +167,12 @@ class CPUSet:
         return NotImplemented
 
     def __str__(self) -> str:
-        return format_cpulist(self.sorted())
+        """Kernel list syntax (cached)."""
+        text = self._text
+        if text is None:
+            text = format_cpulist(self.sorted())
+            object.__setattr__(self, "_text", text)
+        return text
 
     def __repr__(self) -> str:
         return f"CPUSet({str(self)!r})"

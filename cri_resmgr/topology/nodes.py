@@ -151,10 +151,12 @@ def _side_cache_kb(rd: Reader, path: str) -> int | None:
     return sum(known) // 1024 if known else None
 
 
-def _hmat(rd: Reader, path: str) -> tuple[int, int] | None:
-    # access0: the best initiators' view of this memory (HMAT): (read MB/s, read ns).
-    bandwidth = rd.integer(f"{path}/access0/initiators/read_bandwidth")
-    latency = rd.integer(f"{path}/access0/initiators/read_latency")
-    if bandwidth is None or latency is None:
-        return None
-    return bandwidth, latency
+def _hmat(rd: Reader, path: str) -> list[tuple[int, int]]:
+    # accessN/initiators: the HMAT view of this memory from the best initiators (access0:
+    # any, access1: CPUs only), as (read MB/s, read ns); 0 where the firmware gave nothing.
+    out = []
+    for access in ("access0", "access1"):
+        bandwidth = rd.integer(f"{path}/{access}/initiators/read_bandwidth")
+        latency = rd.integer(f"{path}/{access}/initiators/read_latency")
+        out.append((max(bandwidth or 0, 0), max(latency or 0, 0)))
+    return out

@@ -155,3 +155,17 @@ def test_dead_socket_is_unavailable_and_agent_coming_back_is_found(served, sockd
     run(client.close())
     levels = [r.levelname for r in caplog.records if r.name == "cri_resmgr.agent_client"]
     assert levels == ["DEBUG", "INFO"]
+
+
+def test_a_second_agent_on_a_live_socket_is_refused_and_the_first_keeps_it(served, make_agent):
+    """Issue 29: the agent's socket code, like the relay's Config service, unlinked whatever was
+    at its path, so a second agent took the first one's socket over (and removed it on exit)."""
+    from cri_resmgr.unixsocket import SocketError
+
+    first, client, run = served
+    second = make_agent(start=False, agent_socket=first.options.agent_socket)
+    with pytest.raises(SocketError, match="agent socket .* is in use"):
+        second.start()
+    second.stop()
+    assert os.path.exists(first.options.agent_socket)
+    assert run(client.get_node())["metadata"]["name"] == "node1"

@@ -1,6 +1,7 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri ...] [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|resize|big-machine ...]
+                          [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -16,6 +17,11 @@ Sections:
            (tests.bench.topology_aware)
   nri      the NRI plugin process's CreateContainer hook latency with 1000
            containers; p99 target 5 ms (tests.bench.nri)
+  resize   in-place resize decisions of every policy, 512 CPUs / 1000 containers;
+           p99 target 2 ms (tests.bench.resize)
+  big-machine  every policy's decisions and the engine's calls on 4096 sparse CPUs,
+           10,000 containers churned, the invariant checker after every call (fails
+           on a violation); no target, compared before/after (tests.bench.big_machine)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -39,9 +45,11 @@ from typing import Any
 
 from tests.bench import allocator as bench_allocator
 from tests.bench import balloons as bench_balloons
+from tests.bench import big_machine as bench_big_machine
 from tests.bench import nri as bench_nri
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
+from tests.bench import resize as bench_resize
 from tests.bench import topology_aware as bench_topology_aware
 from tests.bench.relay import format_table
 
@@ -121,6 +129,8 @@ SECTIONS: dict[str, Section] = {
     "topology-aware": Section("topology-aware", lambda log: bench_topology_aware.run(),
                               bench_topology_aware.format_result),
     "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
+    "resize": Section("resize", lambda log: bench_resize.run(), bench_resize.format_result),
+    "big-machine": Section("big-machine", lambda log: bench_big_machine.run(log=log), bench_big_machine.format_result),
 }
 
 

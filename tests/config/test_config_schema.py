@@ -58,7 +58,9 @@ def test_modules_as_in_a_configmap():
     assert c.policy.reserved_cpu == 2 and c.logger.debug
     with pytest.raises(ConfigError, match="module policy: invalid YAML"):
         parse_modules({"policy": "Active: [x"}, "cm", NAMES)
-    with pytest.raises(ConfigError, match="rdt: unknown key"):
+    with pytest.raises(ConfigError, match="cpufreq: unknown key"):
+        parse_modules({"cpufreq": "x: 1"}, "cm", NAMES)
+    with pytest.raises(ConfigError, match=r"^cm: rdt\.x: unknown key"):  # a module now (docs/classes.md)
         parse_modules({"rdt": "x: 1"}, "cm", NAMES)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -90,3 +92,52 @@ def test_applier_crash_is_answered_as_a_rejection(relay, sockdir):
 def test_no_relay_is_relay_unavailable(sockdir):
     with pytest.raises(RelayUnavailable, match="no config socket"):
         RelayConfigClient(os.path.join(sockdir, "none.sock")).set_config("n", {}, "s")
+
+
+def test_a_live_config_socket_is_refused_not_taken_over(relay, sockdir):
+    """Issue 29: a second relay with the same -config-socket deleted the first one's socket and
+    bound its own (and removed it again on exit), leaving the first without its Config service."""
+    from cri_resmgr.unixsocket import SocketError
+
+    second = ConfigServer(AsyncApplier(), relay.socket_path)
+    with pytest.raises(SocketError, match=f"config socket {relay.socket_path} is in use"):
+        relay._run(second.start())
+    relay._run(second.stop(0))  # never bound: removes nothing
+    client = RelayConfigClient(relay.socket_path)
+    try:
+        assert client.get_config() == relay.applier.current()
+    finally:
+        client.close()
+
+
+def test_a_second_relay_process_exits_1_and_leaves_the_live_config_socket_alone(relay, sockdir):
+    done = subprocess.run(
+        [sys.executable, "-m", "cri_resmgr.cli", "-config-socket", relay.socket_path,
+         "-relay-socket", os.path.join(sockdir, "b-relay.sock"), "-state-dir", os.path.join(sockdir, "b-state"),
+         "-runtime-socket", os.path.join(sockdir, "no-runtime.sock"), "-runtime-wait-timeout", "1",
+         "-agent-socket", "-"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"config socket {relay.socket_path} is in use" in errors[0], done.stderr
+    assert "waiting" not in done.stderr  # refused before waiting for the runtime
+    client = RelayConfigClient(relay.socket_path)
+    try:
+        assert client.get_config() == relay.applier.current()
+    finally:
+        client.close()
+
+
+def test_a_stale_config_socket_is_replaced(relay, sockdir):
+    import socket as socketlib
+
+    path = os.path.join(sockdir, "stale.sock")
+    dead = socketlib.socket(socketlib.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # the file stays, nobody listens: a crashed relay's
+    server = serve(relay, AsyncApplier(), path)
+    try:
+        client = RelayConfigClient(path)
+        assert client.get_config() == {"policy": "Active: builtin\n"}
+        client.close()
+    finally:
+        relay._run(server.stop(0))

@@ -130,6 +130,26 @@ def test_static_exclusive_cpu_shrinks_and_grows_shared_with_kill9_restarts(conta
         relay.stop()
 
 
+@pytest.mark.skipif(len(ONLINE) != 2, reason="the scenario is written for the 2-CPU machines")
+def test_static_exclusive_cpu_through_the_relay_on_containerd_2(containerd_2, workdir):
+    """The runtime kubelet talks to next (CRI v1 only): the policy's cpusets land in the
+    real cgroups, the shared container shrinks and grows back."""
+    cfg = _config(workdir, STATIC)
+    relay = RelayProcess(workdir, str(containerd_2.socket), ["-force-config", str(cfg)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{containerd_2.owned_cgroup_roots[0]}/kubepods")
+    try:
+        a = k.start_pod(besteffort("shared2")).container_ids["c"]
+        excl = k.start_pod(guaranteed("exclusive2"))
+        wait_cpuset(k, excl.container_ids["c"], EXCLUSIVE)
+        wait_cpuset(k, a, RESERVED)
+        k.delete_pod(excl)
+        wait_cpuset(k, a, ALL)
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()
+
+
 def test_container_exiting_on_its_own_releases_its_cpu(containerd, cgroup_root, workdir):
     cfg = _config(workdir, STATIC)
     relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()

@@ -26,7 +26,10 @@ class FakeCRI:
         self.containers: dict[str, dict] = {}  # id -> {pod, name, state, resources}
         self.updates = 0
         self.fail_updates = 0  # fail this many UpdateContainerResources with UNAVAILABLE
+        self.pids: dict[str, int] = {}  # id -> the "pid" a verbose ContainerStatus gives
         self._ids = itertools.count(1)
+        # Called with (container id, pid, cgroups path) as a container starts: tests build its cgroup there.
+        self.on_start = None
         self.server: grpc.aio.Server | None = None
 
     def cpuset(self, cid: str) -> str:
@@ -125,7 +128,13 @@ class _Handlers(grpc.GenericRpcHandler):
         return pb.CreateContainerResponse(container_id=cid)
 
     async def start(self, req, ctx):
-        self.f.containers[req.container_id]["state"] = pb.ContainerState.CONTAINER_RUNNING
+        c = self.f.containers[req.container_id]
+        c["state"] = pb.ContainerState.CONTAINER_RUNNING
+        if self.f.on_start is not None:
+            # Where a runtime would have put it: a PID and a cgroupfs path, as containerd's info tells them.
+            c["pid"] = 100000 + int(req.container_id[3:])
+            c["cgroups_path"] = f"/crirm-fake/{c['pod']}/{req.container_id}"
+            self.f.on_start(req.container_id, c["pid"], c["cgroups_path"])
         return pb.StartContainerResponse()
 
     async def stop(self, req, ctx):
@@ -151,8 +160,14 @@ class _Handlers(grpc.GenericRpcHandler):
         c = self.f.containers.get(req.container_id)
         if c is None:
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container not found")
+        import json
+        pid = self.f.pids.get(req.container_id) or c.get("pid")
+        verbose: dict = {"pid": pid} if pid else {}
+        if c.get("cgroups_path"):
+            verbose["runtimeSpec"] = {"linux": {"cgroupsPath": c["cgroups_path"]}}
+        info = {"info": json.dumps(verbose)} if req.verbose and verbose else {}
         return pb.ContainerStatusResponse(status=pb.ContainerStatus(id=req.container_id, state=c["state"],
-                                                                    metadata=c["metadata"]))
+                                                                    metadata=c["metadata"]), info=info)
 
     async def update(self, req, ctx):
         if self.f.fail_updates > 0:

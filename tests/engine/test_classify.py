@@ -77,3 +77,23 @@ def test_labels_and_our_annotations_are_kept_for_policies():
     assert w.pod_annotations == {"balloon.balloons.cri-resource-manager.intel.com/pod": "dataplane"}
     assert w.annotation("memory-type") == "pmem"
     assert w.effective_annotation("balloon.balloons.cri-resource-manager.intel.com") == "dataplane"
+
+
+def test_pod_level_resources_make_a_container_without_its_own_not_besteffort():
+    # KEP-2837: requests on the pod, none on the container; the cgroup parent says nothing here.
+    from cri_resmgr._proto import runtime_v1_pb2 as pb
+
+    linux = pb.LinuxPodSandboxConfig(resources=pb.LinuxContainerResources(
+        cpu_shares=2048, cpu_quota=200000, cpu_period=100000, memory_limit_in_bytes=1 << 30))
+    pod = classify.pod_level(linux)
+    assert pod is not None and (pod.cpu_request, pod.cpu_limit) == (2000, 2000)
+    none = classify.requirements_from_cri(2, 0, 100000, 0)
+    common = dict(key="k", namespace="ns", pod="p", container="c", cgroup_parent="", pod_annotations={},
+                  container_annotations={}, cri_resources=none)
+    w = classify.workload(**common, pod_resources=pod)
+    assert w.qos is QoS.GUARANTEED and w.cpu_request == 0  # its class, but no share of the pod's budget
+    assert classify.workload(**common).qos is QoS.BESTEFFORT  # without pod-level resources
+    assert classify.pod_level(pb.LinuxPodSandboxConfig()) is None
+    # The cgroup parent kubelet chose wins whenever it says something.
+    assert classify.workload(**{**common, "cgroup_parent": "/kubepods/burstable/podx"}, pod_resources=pod).qos \
+        is QoS.BURSTABLE

@@ -32,7 +32,9 @@ STATIC = "policy: {Active: static, ReservedResources: {CPU: 2}}\n"
 
 
 class Engine:
-    def __init__(self, shape: dict, config: str, registry: Registry | None = None, create_delay: float = 0.0):
+    def __init__(self, shape: dict, config: str, registry: Registry | None = None, create_delay: float = 0.0,
+                 cgroups=None):
+        self.cgroups = cgroups  # the controller's real-cpuset reader (None: the default)
         self.dir = Path(tempfile.mkdtemp(prefix="crirm-eng-", dir="/tmp"))
         sysfs.generate(self.dir / "host", **shape)
         self.loop = LoopThread()
@@ -50,7 +52,8 @@ class Engine:
             up = Upstream(self.fake.socket_path)
             relay = GrpcRelay(self.relay_sock, up, up, MethodTable())
             ctl = Controller(settings, self.registry, relay, up,
-                             lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact))
+                             lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact),
+                             cgroups=self.cgroups)
             await ctl.apply(parse_document(config, "test config", self.registry.names()))
             await relay.start()
             return relay, ctl
@@ -209,11 +212,12 @@ def test_kubelet_update_keeps_policy_cpuset_and_passes_the_rest(engine_factory):
     h = e.kubelet.start_pod(guaranteed("g", "2"))
     cid = h.container_ids["c"]
     before = e.fake.cpuset(cid)
-    e.kubelet.update_container_resources(cid, LinuxResources(cpu_shares=4096, cpu_quota=400000,
+    # The same CPU size (a resize is tests/e2e/test_resize_containerd.py's), a new memory limit.
+    e.kubelet.update_container_resources(cid, LinuxResources(cpu_shares=2048, cpu_quota=200000,
                                                              cpu_period=100000, memory_limit_in_bytes=64 << 20,
                                                              oom_score_adj=-997, cpuset_cpus="0-7"))
     res = e.fake.containers[cid]["resources"]
-    assert res.cpu_shares == 4096 and res.cpu_quota == 400000
+    assert res.cpu_shares == 2048 and res.cpu_quota == 200000 and res.memory_limit_in_bytes == 64 << 20
     assert res.cpuset_cpus == before != "0-7"
 
 
@@ -374,3 +378,30 @@ def test_stats_before_any_configuration():
                                       exclusive_denied=0, updates_sent=0, updates_failed=0, containers=0,
                                       dump_dropped=None)
     assert ctl.active_policy() is None and ctl.config is None
+
+
+def test_a_resize_the_runtime_refuses_leaves_the_old_size(engine_factory):
+    # kubelet's resize reaches the runtime only after the policy decided; when the runtime
+    # then fails it, the container keeps its old size and the others their CPUs.
+    e = engine_factory(dict(sockets=1, cores_per_die=4, threads_per_core=2), STATIC)
+    e.kubelet.start_pod(besteffort("be"))
+    h = e.kubelet.start_pod(guaranteed("g", "1"))
+    cid = h.container_ids["c"]
+    check_static_invariants(e, {"g"})
+    e.fake.fail_updates = 1
+    with pytest.raises(grpc.RpcError) as err:
+        e.kubelet.update_container_resources(cid, LinuxResources(cpu_shares=3072, cpu_quota=300000,
+                                                                 cpu_period=100000, memory_limit_in_bytes=64 << 20,
+                                                                 oom_score_adj=-997))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # the runtime's own error
+    check_static_invariants(e, {"g"})
+    key = next(k for k, a in e.ctl.active_policy().assignments().items() if a.exclusive)
+    assert len(e.ctl.active_policy().assignment(key).exclusive) == 1
+    assert len(CPUSet(e.fake.cpuset(cid))) == 1
+    assert e.ctl.stats().resizes == 1  # the way back is not a resize of kubelet's
+
+    e.kubelet.update_container_resources(cid, LinuxResources(cpu_shares=3072, cpu_quota=300000,
+                                                             cpu_period=100000, memory_limit_in_bytes=64 << 20,
+                                                             oom_score_adj=-997))
+    check_static_invariants(e, {"g"})
+    assert len(CPUSet(e.fake.cpuset(cid))) == 3

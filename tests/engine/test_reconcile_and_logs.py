@@ -40,12 +40,12 @@ def test_container_removed_behind_the_relays_back_releases_its_cpus(engine_facto
     assert len(CPUSet(e.fake.cpuset(shared.container_ids["c"]))) == 6
     # crictl rm, straight at the runtime: the relay never sees it.
     del e.fake.containers[g.container_ids["c"]]
-    assert e.loop.run(e.ctl.reconcile()) == {"gone": 1, "adopted": 0}
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 1, "adopted": 0, "resent": 0}
     e.flush()
     assert CPUSet(e.fake.cpuset(shared.container_ids["c"])) == e.ctl.topology().online  # the pool grew back
     assert not any(k.startswith(g.sandbox_id) for k in e.ctl.active_policy().assignments())
     # Nothing changed since: one ListContainers, nothing else.
-    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 0}
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 0, "resent": 0}
 
 
 def test_unknown_running_container_is_adopted_as_at_start_up(engine_factory):
@@ -58,11 +58,11 @@ def test_unknown_running_container_is_adopted_as_at_start_up(engine_factory):
     e.fake.containers["ctrstray"] = {
         "pod": "podstray", "name": "c", "metadata": pb.ContainerMetadata(name="c"),
         "state": pb.ContainerState.CONTAINER_RUNNING, "resources": pb.LinuxContainerResources()}
-    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 1}
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 1, "resent": 0}
     e.flush()
     assert "podstray:c:0" in e.ctl.active_policy().assignments()
     assert e.fake.cpuset("ctrstray") == e.fake.cpuset(shared.container_ids["c"])  # placed on the shared pool
-    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 0}  # known now
+    assert e.loop.run(e.ctl.reconcile()) == {"gone": 0, "adopted": 0, "resent": 0}  # known now
 
 
 def test_placements_releases_and_updates_are_logged_with_names(engine_factory, caplog):

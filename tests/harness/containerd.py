@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import grpc
@@ -43,6 +43,33 @@ _SYSTEM_PATHS = ("/", "/run", "/var", "/var/lib", "/run/containerd", "/var/lib/c
 _MAX_SOCKET_LEN = 107 - len(".ttrpc")
 _SHIM_SOCKET_DIR = "/run/containerd/s/"
 _TASK_STATE = "io.containerd.runtime.v2.task"
+# The runtime handler whose `runc start` a test can hold (Containerd.hold_start).
+GATED_RUNTIME = "crirm-gated"
+# The longest a held start waits for its release: a test that dies holding one
+# must not leave containerd's StartContainer hanging for ever.
+_GATE_MAX_SECONDS = 60
+
+
+def gated_runc_script(runc: str, gate_dir: Path) -> str:
+    """runc, except that `runc ... start ID` waits while gate_dir/ID exists; it
+    marks gate_dir/ID.held once it waits. By then containerd has created the task
+    from the container's spec (`runc create`) and has not yet marked the
+    container started: the window of a StartContainer in flight."""
+    return f"""#!/bin/sh
+gate={json.dumps(str(gate_dir))}
+sub="" last=""
+for a in "$@"; do
+  case "$a" in start|create|run|delete|kill|state|update|exec|ps|pause|resume|checkpoint|restore|events) \
+    [ -z "$sub" ] && sub="$a";; esac
+  last="$a"
+done
+if [ "$sub" = start ] && [ -e "$gate/$last" ]; then
+  : > "$gate/$last.held"
+  n=0
+  while [ -e "$gate/$last" ] && [ $n -lt {_GATE_MAX_SECONDS * 50} ]; do sleep 0.02; n=$((n + 1)); done
+fi
+exec {json.dumps(runc)} "$@"
+"""
 
 
 class ContainerdError(RuntimeError):
@@ -67,10 +94,40 @@ class Layout:
         self.cgroup_roots_file = self.base_dir / "cgroup-roots"
         self.images_stamp = self.base_dir / "images-imported"
         self.snapshotter_file = self.base_dir / "snapshotter"
+        # NRI (containerd 1.7+, when enabled): the socket external plugins dial, the
+        # directory of plugins the runtime launches at its start, and their configurations.
+        self.nri_socket = self.base_dir / "nri.sock"
+        self.nri_plugins = self.base_dir / "nri" / "plugins"
+        self.nri_conf = self.base_dir / "nri" / "conf.d"
+        # The "crirm-gated" runtime handler's runc: `runc start ID` waits while
+        # gate/ID exists (tests hold a StartContainer in flight; see `Containerd.hold_start`).
+        self.gated_runc = self.base_dir / "runc-gated"
+        self.gate_dir = self.base_dir / "gate"
 
 
-def render_config(layout: Layout, snapshotter: str, sandbox_image: str = images.PAUSE_IMAGE) -> str:
-    """The containerd 1.6 config (version 2) for an instance under `layout`."""
+def _nri_section(layout: Layout, table: str, q: Callable[[object], str], nri: bool) -> str:
+    if not nri:
+        return ""
+    return f"""
+  # NRI: external plugins dial the socket; the runtime launches the plugins in
+  # plugin_path once, at its own start.
+  [{table}]
+    disable = false
+    disable_connections = false
+    socket_path = {q(layout.nri_socket)}
+    plugin_path = {q(layout.nri_plugins)}
+    plugin_config_path = {q(layout.nri_conf)}
+    plugin_registration_timeout = "5s"
+    plugin_request_timeout = "2s"
+"""
+
+
+def render_config(layout: Layout, snapshotter: str, sandbox_image: str = images.PAUSE_IMAGE,
+                  major: int = 1, nri: bool = False) -> str:
+    """The containerd config for an instance under `layout`: version 2 for 1.6 and 1.7,
+    version 3 for 2.x (`major`); NRI enabled when `nri` (1.7+)."""
+    if major >= 2:
+        return _render_config_v3(layout, snapshotter, sandbox_image, nri)
 
     def q(value: object) -> str:
         return json.dumps(str(value))  # a JSON string is a valid TOML basic string
@@ -133,12 +190,95 @@ disabled_plugins = [
           SystemdCgroup = false
           Root = {q(layout.runc_root)}
 
+      # runc behind a gate (GATED_RUNTIME): pods that ask for it by runtime_handler
+      # can have a container's start held while a test does something else.
+      [{cri}.containerd.runtimes.{GATED_RUNTIME}]
+        runtime_type = "io.containerd.runc.v2"
+
+        [{cri}.containerd.runtimes.{GATED_RUNTIME}.options]
+          SystemdCgroup = false
+          Root = {q(layout.runc_root)}
+          BinaryName = {q(layout.gated_runc)}
+
     # No CNI is installed; host-network sandboxes never call it, and an empty
     # conf dir only makes the CRI report NetworkReady=false.
     [{cri}.cni]
       bin_dir = {q(layout.cni_bin)}
       conf_dir = {q(layout.cni_conf)}
+{_nri_section(layout, 'plugins."io.containerd.nri.v1.nri"', q, nri)}"""
+
+
+def _render_config_v3(layout: Layout, snapshotter: str, sandbox_image: str, nri: bool) -> str:
+    """containerd 2.x: the CRI plugin split into runtime and images plugins."""
+
+    def q(value: object) -> str:
+        return json.dumps(str(value))
+
+    rt, im = "plugins.'io.containerd.cri.v1.runtime'", "plugins.'io.containerd.cri.v1.images'"
+    nri_part = _nri_section(layout, "plugins.'io.containerd.nri.v1.nri'", q, nri) if nri else """
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
 """
+    return f"""{_CONFIG_MARKER}; generated by tests.harness.containerd
+version = 3
+root = {q(layout.root)}
+state = {q(layout.state)}
+oom_score = 0
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = {q(layout.socket)}
+  uid = 0
+  gid = 0
+
+[ttrpc]
+  address = {q(str(layout.socket) + ".ttrpc")}
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = {q(layout.opt)}
+
+  [{im}]
+    snapshotter = {q(snapshotter)}
+    [{im}.pinned_images]
+      sandbox = {q(sandbox_image)}
+
+  [{rt}]
+    restrict_oom_score_adj = true
+    enable_selinux = false
+    disable_apparmor = true
+
+    [{rt}.containerd]
+      default_runtime_name = "runc"
+      [{rt}.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [{rt}.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = {q(layout.runc_root)}
+
+    [{rt}.cni]
+      bin_dirs = [{q(layout.cni_bin)}]
+      conf_dir = {q(layout.cni_conf)}
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+{nri_part}"""
 
 
 class Containerd:
@@ -163,7 +303,14 @@ class Containerd:
         containerd_bin: str = "containerd",
         ctr_bin: str = "ctr",
         runc_bin: str = "runc",
+        bin_dir: Path | None = None,
+        major: int = 1,
+        nri: bool = False,
+        version: str = "",
     ) -> None:
+        """`bin_dir`: where another release's containerd, ctr and shim are (its shim is
+        found on PATH, so the directory goes first there); `major`: its major version
+        (2: config version 3); `nri`: NRI enabled, on `layout.nri_socket`."""
         self.layout = Layout(base_dir)
         _refuse_system_path(self.layout.base_dir)
         if len(str(self.layout.socket)) > _MAX_SOCKET_LEN:
@@ -176,9 +323,13 @@ class Containerd:
         self.owned_cgroup_roots = tuple(owned_cgroup_roots)
         self.image_cache_dir = image_cache_dir
         self.snapshotter = snapshotter
-        self._containerd_bin = containerd_bin
-        self._ctr_bin = ctr_bin
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else None
+        self._containerd_bin = str(self.bin_dir / "containerd") if self.bin_dir else containerd_bin
+        self._ctr_bin = str(self.bin_dir / "ctr") if self.bin_dir else ctr_bin
         self._runc_bin = runc_bin
+        self.major = major
+        self.nri = nri
+        self.version = version  # for test ids and messages; "" for the system's
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -208,7 +359,8 @@ class Containerd:
         if self.is_running():
             raise ContainerdError(f"containerd under {self.base_dir} is already running (pid {self.pid})")
         lay = self.layout
-        for d in (lay.base_dir, lay.root, lay.state, lay.runc_root, lay.cni_conf, lay.cni_bin, lay.opt):
+        for d in (lay.base_dir, lay.root, lay.state, lay.runc_root, lay.cni_conf, lay.cni_bin, lay.opt,
+                  *((lay.nri_plugins, lay.nri_conf) if self.nri else ())):
             d.mkdir(parents=True, exist_ok=True)
         lay.cgroup_roots_file.write_text("".join(r + "\n" for r in self.owned_cgroup_roots))
         if self.snapshotter is None and lay.snapshotter_file.exists():
@@ -216,14 +368,22 @@ class Containerd:
         if self.snapshotter is None:
             self.snapshotter = "overlayfs" if overlay_supported(lay.base_dir) else "native"
         lay.snapshotter_file.write_text(self.snapshotter + "\n")
-        lay.config.write_text(render_config(lay, self.snapshotter))
+        lay.config.write_text(render_config(lay, self.snapshotter, major=self.major, nri=self.nri))
+        lay.gate_dir.mkdir(exist_ok=True)
+        runc = shutil.which(self._runc_bin) or self._runc_bin
+        lay.gated_runc.write_text(gated_runc_script(runc, lay.gate_dir))
+        lay.gated_runc.chmod(0o755)
         lay.socket.unlink(missing_ok=True)
+        env = None
+        if self.bin_dir is not None:
+            env = {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
         with open(lay.log, "ab") as log:
             self._proc = subprocess.Popen(
                 [self._containerd_bin, "--config", str(lay.config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
                 # Own session: a Ctrl-C aimed at the test run must not kill the
                 # daemon before the teardown does it in order.
                 start_new_session=True,
@@ -263,6 +423,24 @@ class Containerd:
     def mounts(self) -> list[str]:
         """Mount points at or under `base_dir`, in mount order."""
         return mounts_under(self.base_dir)
+
+    def hold_start(self, container_id: str) -> None:
+        """The next `runc start` of this container (a pod of the GATED_RUNTIME
+        handler) waits until `release_start`."""
+        (self.layout.gate_dir / container_id).touch()
+
+    def wait_held(self, container_id: str, timeout: float = 20.0) -> None:
+        """Returns once the held start is waiting at the gate."""
+        held = self.layout.gate_dir / f"{container_id}.held"
+        deadline = time.monotonic() + timeout
+        while not held.exists():
+            if time.monotonic() > deadline:
+                raise ContainerdError(f"the start of {container_id[:12]} never reached the gate within {timeout}s")
+            time.sleep(0.02)
+
+    def release_start(self, container_id: str) -> None:
+        (self.layout.gate_dir / container_id).unlink(missing_ok=True)
+        (self.layout.gate_dir / f"{container_id}.held").unlink(missing_ok=True)
 
     def ctr(self, *args: str, timeout: float = 60.0) -> str:
         """Runs `ctr` against this instance in the CRI namespace; returns stdout."""

@@ -212,7 +212,8 @@ class Kubelet:
         config = self.pod_sandbox_config(pod, attempt)
         # kubelet creates the pod log directory before asking for the sandbox.
         Path(config.log_directory).mkdir(parents=True, exist_ok=True)
-        response = self.runtime.RunPodSandbox(self.pb.RunPodSandboxRequest(config=config), timeout=self.rpc_timeout)
+        request = self.pb.RunPodSandboxRequest(config=config, runtime_handler=pod.runtime_handler)
+        response = self.runtime.RunPodSandbox(request, timeout=self.rpc_timeout)
         return response.pod_sandbox_id
 
     def create_container(

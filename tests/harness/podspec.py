@@ -120,6 +120,7 @@ class PodSpec:
     # No CNI here: host-network sandboxes never call it.
     host_network: bool = True
     termination_grace_period: int = 30
+    runtime_handler: str = ""  # RunPodSandbox's: "" is the runtime's default
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -43,6 +43,7 @@ class Node:
     memory_kb: int = DEFAULT_MEM_PER_NODE_KB
     distance: str | None = None  # the row as written; None: from Machine.distance()
     hmat: tuple[int, int] | None = None  # access0 read bandwidth MB/s, read latency ns
+    hmat1: tuple[int, int] | None = None  # the same in access1 (CPU initiators only)
     side_cache_kb: int | None = None  # memory_side_cache/index1/size
     directory: bool = True  # False: an offline node, its CPUs still link to it
 
@@ -56,6 +57,7 @@ class Machine:
     nohz_full: str | None = None  # None: no file
     offline_file: bool = True
     cpulist: bool = True  # node*/cpulist; False leaves only cpumap
+    cache_lists: bool = True  # cache/index*/shared_cpu_list; False leaves only shared_cpu_map
     node_links: bool = True  # cpuN/nodeM symlinks (copies of /sys often lose them)
     nul: bool = False  # end every file with "\n\0" as some kernels do
     p_cores: str | None = None  # /sys/devices/cpu_core/cpus
@@ -120,6 +122,7 @@ def _write_cpus(cdir: Path, m: Machine, online: CPUSet, put: Put) -> None:
     cores = _groups(m, online, "core")
     l2, l3 = _groups(m, online, "l2"), _groups(m, online, "l3")
     clusters = _groups(m, online, "cluster")
+    nbits = max(c.id for c in m.cpus) + 1
     for c in m.cpus:
         d = cdir / f"cpu{c.id}"
         d.mkdir(exist_ok=True)
@@ -150,7 +153,9 @@ def _write_cpus(cdir: Path, m: Machine, online: CPUSet, put: Put) -> None:
             i.mkdir(parents=True)
             put(i / "level", str(level))
             put(i / "type", "Unified")
-            put(i / "shared_cpu_list", str(groups[key]))
+            if m.cache_lists:
+                put(i / "shared_cpu_list", str(groups[key]))
+            put(i / "shared_cpu_map", _cpumask(groups[key], nbits))
             put(i / "size", size)
     if m.freq:
         for core, (base, top) in m.freq.items():
@@ -177,11 +182,12 @@ def _write_nodes(ndir: Path, m: Machine, online: CPUSet, put: Put) -> None:
         row = n.distance if n.distance is not None else " ".join(str(m.distance(n.id, o)) for o in ids)
         put(d / "distance", row)
         put(d / "meminfo", _meminfo(n.id, n.memory_kb))
-        if n.hmat is not None:
-            a = d / "access0" / "initiators"
-            a.mkdir(parents=True)
-            put(a / "read_bandwidth", str(n.hmat[0]))
-            put(a / "read_latency", str(n.hmat[1]))
+        for access, figures in (("access0", n.hmat), ("access1", n.hmat1)):
+            if figures is not None:
+                a = d / access / "initiators"
+                a.mkdir(parents=True)
+                put(a / "read_bandwidth", str(figures[0]))
+                put(a / "read_latency", str(figures[1]))
         if n.side_cache_kb is not None:
             s = d / "memory_side_cache" / "index1"
             s.mkdir(parents=True)
@@ -263,6 +269,26 @@ def l3_per_ccx() -> Machine:
     return Machine(cpus, [Node(0)])
 
 
+def cache_map_only() -> Machine:
+    """Rome-like, 2 nodes of 16 cores x 2 threads, an L3 per 4 cores, on a kernel whose
+    cache directories have shared_cpu_map but no shared_cpu_list."""
+    cpus = [Cpu(c, c % 32, core_id=c % 32, node=c % 32 // 16, l2=c % 32, l3=c % 32 // 4) for c in range(64)]
+    return Machine(cpus, [Node(0), Node(1)], cache_lists=False)
+
+
+def hbm_access1() -> Machine:
+    """Xeon Max-like: 1 socket, 2 CPU nodes and 2 HBM nodes at distance 14 (where the
+    distance convention says far memory); HMAT's access0 has latency 0 (bandwidth only
+    for node 3) and the figures are in access1."""
+    cpus = [Cpu(c, c % 8, core_id=c % 8, node=c % 8 // 4, l2=c % 8, l3=0) for c in range(16)]
+    m = Machine(cpus, [Node(0), Node(1), Node(2, 1000, hmat=(0, 0), hmat1=(400000, 130)),
+                       Node(3, 1000, hmat=(380000, 0), hmat1=(380000, 130))])
+    m.nodes[0].hmat = m.nodes[1].hmat = (0, 0)
+    m.nodes[0].hmat1 = m.nodes[1].hmat1 = (100000, 110)
+    m.distances.update({(0, 1): 12, (0, 2): 14, (1, 3): 14, (0, 3): 16, (1, 2): 16, (2, 3): 16})
+    return m
+
+
 def arm_clusters() -> Machine:
     """Kunpeng-like: 1 package, 2 nodes, 48 single-thread cores, clusters of 4 with their own L2... no L3."""
     cpus = [Cpu(c, c, core_id=c, node=c // 24, l2=c, cluster=c // 4, capacity=1024) for c in range(48)]
@@ -325,7 +351,7 @@ def _simple(sockets: int, cores: int, threads: int, nodes_per_socket: int = 1) -
 CLASSES = {
     f.__name__: f for f in (
         old_kernel_amd, nul_terminated, cpumap_only, multi_package_nodes, power_unknown_package,
-        missing_offline_file, odd_distances, l3_per_ccx, arm_clusters, hybrid, big_little, memory_tiers,
-        sparse_4096,
+        missing_offline_file, odd_distances, l3_per_ccx, cache_map_only, arm_clusters, hybrid, big_little, memory_tiers,
+        hbm_access1, sparse_4096,
     )
 }

@@ -44,6 +44,12 @@ class RuntimeDouble:
         self.sessions: list[Session] = []
         self.sync_parts = sync_parts  # >1: Synchronize in parts with `more`, as newer runtimes do
         self.plugin_config = ""  # ConfigureRequest.config: a launched plugin's configuration file
+        # False: no Synchronize after Configure, as containerd before 1.7.26 (NRI before
+        # v0.7) does to the plugins it launched; the NRI version it reports then is empty.
+        self.send_synchronize = True
+        # Created while the plugin synchronizes (containerd#13698): in no Synchronize part
+        # and without a CreateContainer event; see `created_during_sync`.
+        self.hidden: list[api.Container] = []
         self._server: asyncio.Server | None = None
         self._new_session = asyncio.Condition()
 
@@ -87,14 +93,22 @@ class RuntimeDouble:
         # A generous request timeout (runtimes let it be configured): on this loaded shared
         # machine the tests must not depend on the plugin answering within NRI's 2 s default.
         cfg = api.ConfigureRequest(runtime_name="double", runtime_version="1.0", registration_timeout=5000,
-                                   request_timeout=REQUEST_TIMEOUT_MS, NRI_version="v0.10.0",
+                                   request_timeout=REQUEST_TIMEOUT_MS,
+                                   NRI_version="v0.10.0" if self.send_synchronize else "",
                                    config=self.plugin_config)
         session.configured = await self._call(session, "Configure", cfg, api.ConfigureResponse)
+        if not self.send_synchronize:
+            session.ready.set()
+            return
         pods, containers = list(self.pods.values()), list(self.containers.values())
         parts = max(self.sync_parts, 1)
         reply = api.SynchronizeResponse()
         for i in range(parts):
             req = api.SynchronizeRequest(pods=pods[i::parts], containers=containers[i::parts], more=i < parts - 1)
+            if i == 0:
+                for c in self.hidden:  # created between the snapshot and the end of Synchronize
+                    self.containers[c.id] = c
+                self.hidden = []
             reply = await self._call(session, "Synchronize", req, api.SynchronizeResponse)
         self._apply_updates(reply.update)
         session.synchronized = reply
@@ -167,6 +181,15 @@ class RuntimeDouble:
         container.state = api.CONTAINER_RUNNING
         await self.call("StartContainer", api.StartContainerRequest(pod=pod, container=container),
                         api.StartContainerResponse)
+        return reply
+
+    async def start_event(self, cid: str) -> api.StartContainerResponse:
+        """StartContainer for a container the plugin may never have been told of."""
+        c = self.containers[cid]
+        c.state = api.CONTAINER_RUNNING
+        reply = await self.call("StartContainer", api.StartContainerRequest(pod=self.pods[c.pod_sandbox_id],
+                                                                           container=c), api.StartContainerResponse)
+        assert isinstance(reply, api.StartContainerResponse)
         return reply
 
     async def stop(self, cid: str) -> api.StopContainerResponse:

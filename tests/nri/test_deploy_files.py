@@ -23,6 +23,20 @@ def test_daemonset_is_valid_and_runs_the_plugin_command() -> None:
     assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/var/run/nri", "/var/lib/cri-resmgr"}
 
 
+def test_daemonset_has_probes_a_scrapable_metrics_port_and_stays_off_relay_nodes() -> None:
+    ds = yaml.safe_load((NODE / "cri-resmgr-nri-daemonset.yaml").read_text())
+    pod = ds["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    # Not the pod's loopback: reachable by a Prometheus through the named port.
+    assert "-metrics-address=0.0.0.0:8891" in c["args"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8891, "protocol": "TCP"}]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "8891"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # Only on nodes labelled for the plugin: a relay node would refuse it its state directory.
+    assert pod["spec"]["nodeSelector"] == {"cri-resmgr.intel.com/front-end": "nri"}
+
+
 def test_unit_runs_the_installed_command_and_conflicts_with_the_relay() -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.read_string((NODE / "cri-resmgr-nri.service").read_text())

@@ -28,15 +28,19 @@ ONLINE = CPUSet.parse("0-7")
 
 
 def run(workdir: Path, scenario: Callable[[RuntimeDouble, PluginProcess], Awaitable[None]],
-        args: tuple[str, ...] = (), forced: str | None = STATIC, runtime_config: str = "") -> PluginProcess:
+        args: tuple[str, ...] = (), forced: str | None = STATIC, runtime_config: str = "",
+        prepare: Callable[[RuntimeDouble], None] | None = None) -> PluginProcess:
     """The double listening, the plugin process started against it, the scenario run;
     both stopped again whatever happens. `forced`: the -force-config text (None: no such
-    flag); `runtime_config`: what the double's Configure hands the plugin as its configuration."""
+    flag); `runtime_config`: what the double's Configure hands the plugin as its configuration;
+    `prepare`: sets the double up before the plugin starts."""
     plugin = PluginProcess(workdir, str(workdir / "nri.sock"), str(workdir / "host"), config=forced, args=args)
 
     async def main() -> None:
         double = RuntimeDouble(plugin.nri_socket)
         double.plugin_config = runtime_config
+        if prepare is not None:  # what the runtime holds and does before the plugin starts
+            prepare(double)
         await double.start()
         plugin.start()
         try:

@@ -27,10 +27,12 @@ def test_a_second_holder_is_refused_with_the_first_named(tmp_path: Path) -> None
     again.release()
 
 
-def test_an_unusable_state_dir_is_an_os_error(tmp_path: Path) -> None:
+def test_an_unusable_state_dir_is_one_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(OSError):
+    with pytest.raises(statelock.StateDirError, match=f"state directory {tmp_path}/file/state cannot be used"):
         statelock.acquire(str(tmp_path / "file" / "state"), "test")
+    with pytest.raises(statelock.StateDirError, match="exists and is not a directory"):
+        statelock.acquire(str(tmp_path / "file"), "test")
 
 
 def test_the_relay_refuses_a_state_dir_the_nri_plugin_holds(tmp_path: Path) -> None:

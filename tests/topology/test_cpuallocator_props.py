@@ -127,10 +127,6 @@ def test_real_machine_trees_keep_the_cheap_rules(real_machines):
 
 # -- the allocator on the discovered trees of every machine class (part A's generator) ------
 
-def _discovered(name: str, tmp_path: Path) -> Topology:
-    from tests.harness.sysfs_classes import CLASSES, write_machine
-    write_machine(tmp_path, CLASSES[name]())
-    return discover(tmp_path)
 
 
 def _class_names() -> list[str]:
@@ -139,10 +135,11 @@ def _class_names() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _class_names())
-def test_discovered_machine_classes_keep_the_rules(name, tmp_path):
+def test_discovered_machine_classes_keep_the_rules(name):
     """What discovery reads from each class's sysfs tree is what the allocator places on:
     the rules hold on it, and on the small ones each allocation is the reference's best."""
-    topo = _discovered(name, tmp_path)
+    from tests.harness.discovered import discovered
+    topo = discovered(name)
     small = len(topo.online) <= 16
     steps, max_n = (30, None) if small else (60, 64)
     for _alloc, free, n, got in churn(topo, seed=7, steps=steps, max_n=max_n):

@@ -125,3 +125,14 @@ def test_repr_and_pickle_round_trip():
     assert repr(cpus) == "CPUSet('0-3,8')"
     assert pickle.loads(pickle.dumps(cpus)) == cpus
     assert CPUSet(cpus) == cpus
+
+
+def test_text_is_made_once_and_belongs_to_its_set():
+    cpus = CPUSet(range(0, 4096, 3))
+    text = str(cpus)
+    assert str(cpus) is text and text == format_cpulist(range(0, 4096, 3))
+    # A set derived from it has its own text; the cached one does not leak into it.
+    more = cpus | CPUSet([1])
+    assert str(more) == format_cpulist(list(range(0, 4096, 3)) + [1]) and str(cpus) is text
+    assert str(CPUSet.parse(" 0-2,\n5 ")) == "0-2,5"  # canonical, not the text given
+    assert str(pickle.loads(pickle.dumps(cpus))) == text

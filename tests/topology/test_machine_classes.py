@@ -122,6 +122,21 @@ def test_l3_per_ccx(tmp_path):
     assert topo.cpu(37).l3 == 4 and topo.cpu(37).l2 == 5
 
 
+def test_cache_groups_from_shared_cpu_map(tmp_path):
+    # Issue 24 fault 10. Before: no L2 and no L3 group when shared_cpu_list is missing.
+    topo = _read(tmp_path, classes.cache_map_only())
+    assert len(topo.groups("l3")) == 8 and topo.groups("l3")[1] == CPUSet("4-7,36-39")
+    assert len(topo.groups("l2")) == 32 and topo.cpu(37).l2 == 5
+    assert topo.warnings == ()
+
+
+def test_hmat_figures_in_access1_only(tmp_path):
+    # Issue 24 fault 11. Before: access0's zero latency meant "no HMAT", so the HBM nodes at
+    # distance 14 fell to the distance convention and were called far memory (PMEM/CXL).
+    topo = _read(tmp_path, classes.hbm_access1())
+    assert {n: topo.nodes[n].kind for n in topo.node_ids()} == {0: "dram", 1: "dram", 2: "hbm", 3: "hbm"}
+
+
 def test_arm_clusters(tmp_path):
     topo = _read(tmp_path, classes.arm_clusters())
     assert len(topo.groups("cluster")) == 12 and topo.groups("cluster")[0] == CPUSet("0-3")

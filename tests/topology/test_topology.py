@@ -13,7 +13,10 @@ SYS = Path("sys/devices/system")
 
 # Real-machine sysfs dumps kept beside the repository, never inside it.
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "sysfs"
+# Beside the main checkout (/work/main) or a worktree (/work/wt/NAME).
+FIXTURES = next((p for p in (REPO.parent / "shared" / "fixtures" / "sysfs",
+                             REPO.parent.parent / "shared" / "fixtures" / "sysfs") if p.is_dir()),
+                REPO.parent / "shared" / "fixtures" / "sysfs")
 # Only the files discovery reads: the full archives hold ~80k files and take
 # tens of seconds to write out.
 _WANTED = [

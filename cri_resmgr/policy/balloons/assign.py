@@ -8,8 +8,9 @@ MatchExpressions match, then `default`.
 Balloon: among the type's balloons that can hold the request (room to grow
 within MaxCPUs and free CPUs), PreferPerNamespaceBalloon keeps namespaces
 apart, PreferSpreadingPods puts a pod's containers in different balloons
-(otherwise they are packed together), and ties go to the balloon needing the
-fewest new CPUs.
+(otherwise they are packed together), and then, as the references do, a
+balloon that holds it without inflating comes first, the one with the most
+room left (policy.py: the order of the choices).
 """
 
 from __future__ import annotations
@@ -73,13 +74,15 @@ def type_for(config: BalloonsConfig, w: Workload, has_reserved: bool) -> tuple[B
     return config.default, warning
 
 
-def preference(t: BalloonType, b: Balloon, w: Workload, growth: int) -> tuple[int, ...]:
-    """Sort key (smaller first) among balloons of type `t` that can hold `w`."""
-    has_pod = 1 if b.has_pod(w) else 0
-    same_ns = 0 if w.namespace in b.namespaces() else 1
-    if t.spread_pods:
-        return (has_pod, same_ns, len(b.members), b.requested, growth, b.index)
-    return (1 - has_pod, same_ns, growth, -b.requested, b.index)
+def preference(t: BalloonType, b: Balloon, w: Workload, growth: int, size: int, free: int) -> tuple[int, ...]:
+    """Sort key (smaller first) among balloons of type `t` that can hold `w`, `size` its
+    CPUs (cores) now, `free` those it could add: with PreferSpreadingPods those holding
+    none of the pod's containers; then one that holds the request without inflating; then
+    the most room left (balanced, as the references' fill methods), the fewest containers,
+    the lowest index."""
+    spread = (1 if b.has_pod(w) else 0,) if t.spread_pods else ()
+    reach = size if not growth else (size + free if t.max_cpus is None else min(size + free, t.max_cpus))
+    return (*spread, 1 if growth else 0, b.requested - reach * 1000, len(b.members), b.index)
 
 
 def namespace_ok(t: BalloonType, b: Balloon, w: Workload) -> bool:

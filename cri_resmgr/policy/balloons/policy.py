@@ -22,6 +22,7 @@ from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import checked_cpus
+from cri_resmgr.policy.resize import by_replacing
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology.cpuallocator import AllocationError
 from cri_resmgr.topology.cpuset import CPUSet
@@ -100,7 +101,12 @@ class BalloonsPolicy:
         return Decision(resources=b.resources, others=others, warning=warning)
 
     def _choose(self, t: BalloonType, w: Workload) -> tuple[Balloon, bool]:
-        """The balloon for `w` (created if need be) and whether it is a best-effort pick."""
+        """The balloon for `w` (created if need be) and whether it is a best-effort pick.
+
+        In the references' order: the balloon already holding the pod's containers (unless
+        PreferSpreadingPods); with PreferNewBalloons an empty balloon (MinBalloons keeps
+        them) or a new one; a balloon that holds the request without inflating, the one
+        with the most room; one that can inflate to hold it; a new one."""
         book = self._book
         mine = book.by_type[t.name]
         if t.name == RESERVED:
@@ -111,14 +117,24 @@ class BalloonsPolicy:
             need = book.needed(b, w.cpu_request, 1)
             growth = max(need - book.size(b), 0)
             if (t.max_cpus is None or need <= t.max_cpus) and growth <= free and namespace_ok(t, b, w):
-                fitting.append((preference(t, b, w, growth), b))
+                fitting.append((preference(t, b, w, growth, book.size(b), free), b))
+        if not t.spread_pods:
+            same_pod = [item for item in fitting if item[1].has_pod(w)]
+            if same_pod:
+                return min(same_pod, key=lambda item: item[0])[1], False
         first = max(cpus_for_request(w.cpu_request, 1), t.min_cpus)
         can_new = (t.can_add_balloon(len(mine)) and first <= free
                    and (t.max_cpus is None or first <= t.max_cpus))
-        if can_new and (t.prefer_new or not fitting):
-            return book.new_balloon(t, 0), False
+        if t.prefer_new:
+            empty = [item for item in fitting if not item[1].members]
+            if empty:
+                return min(empty, key=lambda item: item[1].index)[1], False
+            if can_new:
+                return book.new_balloon(t, 0), False
         if fitting:
             return min(fitting, key=lambda item: item[0])[1], False
+        if can_new:
+            return book.new_balloon(t, 0), False
         return self._best_effort(t, w), True
 
     def _best_effort(self, t: BalloonType, w: Workload) -> Balloon:
@@ -155,6 +171,12 @@ class BalloonsPolicy:
             book.resize(b)
         book.regrow_short(changed)
         return Decision(others=book.refresh(changed, old_free, key))
+
+    def resize(self, workload: Workload) -> Decision:
+        """policy.api.Resizable: released and allocated again; a size that cannot be met
+        (a warning) restores every balloon as it was (policy/resize.py)."""
+        placed = [b.members[k] for k, b in self._book.member.items()]
+        return by_replacing(self, workload, placed)
 
     # -- restoring -------------------------------------------------------------------------------
 

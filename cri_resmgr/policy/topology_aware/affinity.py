@@ -8,7 +8,13 @@
       - match: {key: app, operator: Equals, values: [db]}
 
 Effective-key lookup as for every annotation (`affinity/container.NAME`, `affinity/pod`,
-`affinity`); the value may also be a mapping from container name to such a list.
+`affinity`); the value may also be a mapping from container name to such a list, or,
+the references' short form, from container name to names of other containers of the
+same pod (weight 1 each):
+
+    cri-resource-manager.intel.com/affinity: |
+      web: [ cache ]
+      batch: [ web, cache ]
 `scope` and `match` are expressions or lists of expressions (policy/expression.py)
 over the OTHER container (name, namespace, pod, labels); scope defaults to the
 container's own namespace. Anti-affinity weights count negatively.
@@ -66,11 +72,11 @@ def parse_rules(w: Workload) -> tuple[Rule, ...]:
         raw = w.annotation(name)
         if raw is None:
             continue
-        rules.extend(_parse(raw, name, w.name, sign))
+        rules.extend(_parse(raw, name, w, sign))
     return tuple(rules)
 
 
-def _parse(text: str, name: str, container: str, sign: int) -> list[Rule]:
+def _parse(text: str, name: str, w: Workload, sign: int) -> list[Rule]:
     try:
         data = load_yaml(text, name, max_depth=AFFINITY_DEPTH, max_nodes=AFFINITY_VALUES)
     except InputError as e:  # an alias bomb, 5000-deep nesting: refused before it costs
@@ -80,9 +86,12 @@ def _parse(text: str, name: str, container: str, sign: int) -> list[Rule]:
     if data is None:
         return []
     if isinstance(data, Mapping) and not {"match", "scope", "weight"} & set(map(str, data)):
-        data = data.get(container)  # {container name: [rules]}
+        data = data.get(w.name)  # {container name: [rules]}
         if data is None:
             return []
+        if isinstance(data, Sequence) and not isinstance(data, str) and data and \
+                all(isinstance(item, str) for item in data):
+            return [_short(data, w, sign)]
     if isinstance(data, Mapping):
         data = [data]
     if not isinstance(data, Sequence) or isinstance(data, str):
@@ -107,6 +116,12 @@ def _rule(item: Any, where: str, sign: int) -> Rule:
     except ExpressionError as e:
         raise AnnotationError(str(e)) from None
     return Rule(match=match, weight=sign * weight, scope=scope)
+
+
+def _short(names: Sequence[str], w: Workload, sign: int) -> Rule:
+    """`C: [OTHER, ...]`: the other containers of C's own pod, by name, weight 1."""
+    scope = (Expression("namespace", "Equals", (w.namespace,)), Expression("pod", "Equals", (w.pod,)))
+    return Rule(match=(Expression("name", "In", tuple(names)),), weight=sign, scope=scope)
 
 
 def rule_weight(subject: Workload, rules: tuple[Rule, ...], other: Workload, other_rules: tuple[Rule, ...]) -> int:

@@ -13,6 +13,7 @@ so a pool's update is a dict.fromkeys however many containers it has.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cri_resmgr.policy.api import Resources, Workload
@@ -48,8 +49,10 @@ class Member:
 
 
 class Book:
-    def __init__(self, tree: PoolTree, reserved: CPUSet, pin_cpu: bool, pin_memory: bool) -> None:
+    def __init__(self, tree: PoolTree, reserved: CPUSet, pin_cpu: bool, pin_memory: bool,
+                 cores: Mapping[int, CPUSet] | None = None) -> None:
         self.tree = tree
+        self.cores = cores or {}  # CPU -> the CPUs of its core (SMT siblings); empty: no SMT known
         self.reserved = reserved
         self.pin_cpu = pin_cpu
         self.pin_memory = pin_memory
@@ -101,26 +104,39 @@ class Book:
         """The least free shared milli-CPU along the pool's lineage (negative: overcommitted)."""
         return min(self.free_milli(p) for p in pool.lineage())
 
-    def need(self, pool: Pool) -> int:
-        """CPUs the pool's shared members (over its subtree) need to keep."""
-        if not self.parts[pool]:
+    def need(self, pool: Pool, extra_milli: int = 0) -> int:
+        """CPUs the pool's shared members (over its subtree) need to keep, with
+        `extra_milli` more of a newcomer: the sum is rounded up once (500m + 400m is one CPU)."""
+        if not self.parts[pool] and not extra_milli:
             return 1 if pool.parent is None else 0  # the root keeps one for newcomers
-        return max(1, -(-self.milli[pool] // 1000))
+        return max(1, -(-(self.milli[pool] + extra_milli) // 1000))
 
     def spare(self, pool: Pool, extra_milli: int = 0) -> CPUSet:
         """Shared CPUs of the pool that could become exclusive: not reserved, and not
-        what the shared members of the leaves below need (reserved CPUs count first,
-        then each leaf keeps its highest CPUs)."""
+        what the shared members of the leaves below need (reserved CPUs count first;
+        each leaf keeps stray threads first, then whole cores from its highest, so that
+        what is spare stays in whole cores)."""
         free = self.shared[pool] - pool.reserved
         for leaf in pool.walk():
             if leaf.children:
                 continue
-            keep = self.need(leaf) + (-(-extra_milli // 1000) if leaf is pool else 0)
-            keep -= len(leaf.reserved)
+            keep = self.need(leaf, extra_milli if leaf is pool else 0) - len(leaf.reserved)
             if keep > 0:
-                mine = sorted(self.shared[leaf] - leaf.reserved)
-                free = free - CPUSet(mine[len(mine) - keep:] if keep < len(mine) else mine)
+                free = free - self._keep(self.shared[leaf] - leaf.reserved, keep)
         return free
+
+    def _keep(self, cpus: CPUSet, keep: int) -> CPUSet:
+        if keep >= len(cpus):
+            return cpus
+        cores = self.cores
+        if not cores:
+            return CPUSet(sorted(cpus)[len(cpus) - keep:])
+
+        def order(cpu: int) -> tuple[bool, int, int]:
+            core = cores.get(cpu) or CPUSet([cpu])
+            return (core <= cpus, -core.min(), -cpu)  # stray threads first, then high cores
+
+        return CPUSet(sorted(cpus, key=order)[:keep])
 
     def can_take(self, pool: Pool, cpus: CPUSet, extra_milli: int) -> bool:
         """Taking `cpus` leaves every pool losing them enough for its shared members

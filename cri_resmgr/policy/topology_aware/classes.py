@@ -6,10 +6,19 @@ CPU classes, as the original CRI Resource Manager:
 
 * reserved: kube-system (the relay's reserved namespaces), the policy's
   ReservedPoolNamespaces and prefer-reserved-cpus containers, on the reserved CPUs;
+  `prefer-reserved-cpus: "false"` takes a container out of a reserved namespace, and
+  one whose CPU request is more than the reserved CPUs hold runs shared (with a warning);
 * exclusive: Guaranteed with whole CPUs: that many CPUs of its own (isolated ones when
-  preferred and free);
-* mixed: Guaranteed with whole CPUs and a fraction: the fraction on the pool's shared CPUs;
+  preferred and free; for 2 CPUs or more only when the annotation says so);
+* mixed: Guaranteed with whole CPUs and a fraction: the fraction on the pool's shared CPUs
+  (2.x CPUs and more only with `prefer-shared-cpus: "false"`, else shared);
 * shared: Guaranteed fractional, Burstable, BestEffort, and whoever prefers shared CPUs.
+
+Burstable containers are placed by their limits, as in the references: a CPU limit asks
+for a pool with that much free CPU, a memory limit for memory nodes that hold it; a
+Burstable container without a CPU limit goes no lower than the `unlimited-burstable`
+level (annotation, else the policy's UnlimitedBurstable), and one without a memory limit
+gets the memory of the whole machine.
 
 A malformed annotation is ignored with a warning: kubelet's call never fails for it.
 """
@@ -21,21 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.topology_aware.affinity import Rule, parse_rules
 from cri_resmgr.policy.topology_aware.memory import DEFAULT_KINDS, AnnotationError, parse_duration, parse_memory_type
-from cri_resmgr.policy.topology_aware.options import Options
+from cri_resmgr.policy.topology_aware.options import Options, parse_level
 
-__all__ = ["CPUClass", "Request", "request_of", "LEVELS", "UNLIMITED_BURSTABLE"]
+__all__ = ["CPUClass", "Request", "request_of", "UNLIMITED_BURSTABLE"]
 
 UNLIMITED_BURSTABLE = "unlimited-burstable"
-# Tree levels from the top; unlimited-burstable names the lowest level allowed.
-LEVELS = ("root", "package", "die", "node", "l3")
-ALL_LEVELS: tuple[str, ...] = LEVELS
 T = TypeVar("T")
-_LEVEL_ALIASES = {"true": "root", "system": "root", "root": "root", "package": "package", "socket": "package",
-                  "die": "die", "node": "node", "numa": "node", "l3": "l3", "l3cache": "l3"}
+_TRUE = ("true", "yes", "1", "on")
+_FALSE = ("false", "no", "0", "off")
 
 
 class CPUClass(str, enum.Enum):
@@ -54,12 +59,15 @@ class Request:
     kinds: tuple[str, ...] = ("dram",)
     memory: int = 0  # bytes
     cold_start: float | None = None  # seconds on PMEM before DRAM
-    levels: tuple[str, ...] = LEVELS  # tree levels it may be placed at
+    level: str | None = None  # the lowest tree level it may be placed at (None: any)
+    cpu_limit: int = 0  # milli-CPU a Burstable container may burst to: its pool should have it free
+    memory_limit: int | None = 0  # bytes its memory nodes should hold; None: the whole machine's
     rules: tuple[Rule, ...] = ()
     warnings: tuple[str, ...] = ()
 
 
-def request_of(w: Workload, options: Options, have_reserved: bool) -> Request:
+def request_of(w: Workload, options: Options, reserved_cpus: int) -> Request:
+    """`reserved_cpus`: how many CPUs are reserved (0: none)."""
     warnings: list[str] = []
 
     def annotation(name: str, parse: Callable[[str | None], T], default: T) -> T:
@@ -73,29 +81,46 @@ def request_of(w: Workload, options: Options, have_reserved: bool) -> Request:
     kinds = annotation("memory-type", parse_memory_type, DEFAULT_KINDS)
     cold = annotation("cold-start", parse_duration, None)
     rules = annotation("affinity", lambda _: parse_rules(w), no_rules)
-    levels = annotation(UNLIMITED_BURSTABLE, lambda v: _levels(w, v), ALL_LEVELS)
+    burstable = w.qos is QoS.BURSTABLE
+    level = None
+    if burstable and w.cpu_limit is None:
+        level = annotation(UNLIMITED_BURSTABLE, lambda v: options.unlimited_burstable if v is None else parse_level(
+            v, UNLIMITED_BURSTABLE, AnnotationError), options.unlimited_burstable)
     memory = w.memory_request or 0
+    memory_limit: int | None = 0
+    if burstable:
+        memory_limit = w.memory_limit if w.memory_limit else None
     prefer_isolated = options.prefer_isolated if w.prefer_isolated is None else w.prefer_isolated
     common: dict[str, Any] = dict(prefer_isolated=prefer_isolated, kinds=kinds, memory=memory, cold_start=cold,
-                  levels=levels, rules=rules, warnings=tuple(warnings))
-    if have_reserved and (w.system or w.prefer_reserved or options.reserved_namespace(w.namespace)):
-        return Request(CPUClass.RESERVED, **common)
+                                  level=level, memory_limit=memory_limit, rules=rules)
+    if reserved_cpus and _wants_reserved(w, options):
+        if w.cpu_request <= 1000 * reserved_cpus:
+            return Request(CPUClass.RESERVED, warnings=tuple(warnings), **common)
+        warnings.append(f"{w} ({w.key}) requests {w.cpu_request}m CPU, more than the {reserved_cpus} reserved "
+                        f"CPUs hold; running it on shared CPUs")
+        return Request(CPUClass.SHARED, shared_milli=w.cpu_request, warnings=tuple(warnings), **common)
     prefer_shared = options.prefer_shared if w.prefer_shared is None else w.prefer_shared
     whole, fraction = divmod(w.cpu_request, 1000)
+    if whole >= 2:
+        # As the references: a container of several CPUs uses isolated ones, and splits into
+        # exclusive CPUs and a shared fraction, only when annotated so (it must spread its
+        # own threads over them); one of 1.x CPUs does by default.
+        common["prefer_isolated"] = bool(w.prefer_isolated)
+        if fraction and w.prefer_shared is not False:
+            prefer_shared = True
     if w.qos is QoS.GUARANTEED and whole and not prefer_shared:
         cls = CPUClass.MIXED if fraction else CPUClass.EXCLUSIVE
-        return Request(cls, exclusive=whole, shared_milli=fraction, **common)
-    return Request(CPUClass.SHARED, shared_milli=w.cpu_request, **common)
+        return Request(cls, exclusive=whole, shared_milli=fraction, warnings=tuple(warnings), **common)
+    limit = w.cpu_limit if burstable and w.cpu_limit and w.cpu_limit > w.cpu_request else 0
+    return Request(CPUClass.SHARED, shared_milli=w.cpu_request, cpu_limit=limit, warnings=tuple(warnings),
+                   **common)
 
 
-def _levels(w: Workload, value: str | None) -> tuple[str, ...]:
-    if value is None or w.qos is not QoS.BURSTABLE or w.cpu_limit is not None:
-        return LEVELS
-    text = value.strip().lower()
-    if text in ("false", ""):
-        return LEVELS
-    level = _LEVEL_ALIASES.get(text)
-    if level is None:
-        raise AnnotationError(f"{UNLIMITED_BURSTABLE}: unknown level {short(value)} "
-                              f"(one of {', '.join(sorted(_LEVEL_ALIASES))})")
-    return LEVELS[:LEVELS.index(level) + 1]
+def _wants_reserved(w: Workload, options: Options) -> bool:
+    """prefer-reserved-cpus wins either way; else a reserved namespace puts it there."""
+    raw = w.annotation("prefer-reserved-cpus")
+    explicit = None if raw is None else True if raw.strip().lower() in _TRUE else \
+        False if raw.strip().lower() in _FALSE else None  # a bad value: the engine warned already
+    if explicit is not None:
+        return explicit
+    return w.prefer_reserved or w.system or options.reserved_namespace(w.namespace)

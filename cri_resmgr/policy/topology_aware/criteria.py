@@ -31,6 +31,8 @@ class Candidate:
     kinds: int = 0  # how many of the requested memory kinds the pool has
     free_milli: int = 0  # the pool's free shared milli-CPU after placement
     free_exclusive: int = 0  # CPUs still free for exclusive use in the pool after placement
+    load: int = 0  # containers with a shared part in the pool's subtree now
+    reserved: int = 0  # reserved CPUs in the pool
     isolated: bool = False  # its exclusive CPUs would be isolated ones (asked for only when preferred)
 
 
@@ -67,6 +69,16 @@ def balance(c: Candidate) -> float:
     return c.free_milli + 1000.0 * c.free_exclusive
 
 
+def load(c: Candidate) -> float:
+    """When requests tie (BestEffort, 1m): the pool with the fewest containers."""
+    return -float(c.load)
+
+
+def unreserved(c: Candidate) -> float:
+    """Then the pool with fewer reserved CPUs: kube-system runs on them."""
+    return -float(c.reserved)
+
+
 def position(c: Candidate) -> float:
     """Stable tie-break: the pool first in tree order."""
     return -float(c.pool.index)
@@ -79,6 +91,8 @@ CRITERIA: tuple[Criterion, ...] = (
     ("tightest", tightest),
     ("memory-fits", memory_fits),
     ("balance", balance),
+    ("load", load),
+    ("unreserved", unreserved),
     ("position", position),
 )
 

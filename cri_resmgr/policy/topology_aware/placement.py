@@ -3,6 +3,12 @@ ranked by criteria.py, then its exclusive CPUs (isolated ones first when preferr
 free, else the pool's shared CPUs not needed by its shared containers) and its memory
 (the pool's nodes of the requested kinds, widened up the tree until the request fits).
 
+A Burstable container with a CPU limit goes to pools with its limit free (any pool when
+none has), one without a limit no lower than its level. An exclusive container's memory
+is that of the lowest pool holding its CPUs (the nodes of the CPUs it got, not of a
+wider pool it was placed in); a Burstable one's is widened until it holds its memory
+limit (the whole machine's without one).
+
 When no pool can give the exclusive CPUs asked for, the container runs on shared CPUs
 and the warning says so; when no pool has the shared CPU free, it runs in the root pool
 (kubelet admitted it: the node is overcommitted, not the call to fail).
@@ -46,12 +52,15 @@ class Placer:
             warning = (f"{NAME}: {w} ({w.key}) wants {req.exclusive} exclusive CPUs but no pool can give "
                        "them; running it on shared CPUs")
             req = replace(req, cls=CPUClass.SHARED, exclusive=0, shared_milli=w.cpu_request)
-        pools = [p for p in book.tree.pools if p.level in req.levels and book.fits_shared(p, req.shared_milli)]
+        pools = [p for p in book.tree.pools if p.allows(req.level) and book.fits_shared(p, req.shared_milli)]
+        if req.cpu_limit:
+            pools = [p for p in pools if book.headroom(p) >= req.cpu_limit] or \
+                [p for p in pools if p.parent is None] or pools
         ranked = rank(self._candidate(p, req, affinity, 0, 0) for p in pools)
         if ranked:
             return self.member(w, req, ranked[0].pool, CPUSet(), False), warning
         # Overcommitted (kubelet admitted it all the same): the pool with the most headroom.
-        allowed = [p for p in book.tree.pools if p.level in req.levels and book.shared[p]] or [book.tree.root]
+        allowed = [p for p in book.tree.pools if p.allows(req.level) and book.shared[p]] or [book.tree.root]
         pool = max(allowed, key=lambda p: (book.headroom(p), -p.index))
         extra = (f"{NAME}: {w} ({w.key}): no pool has {req.shared_milli}m CPU free; "
                  f"running it in pool {pool.name}, overcommitted")
@@ -63,7 +72,7 @@ class Placer:
         book, n, fraction = self.book, req.exclusive, req.shared_milli
         options: list[tuple[Candidate, CPUSet, bool]] = []
         for pool in book.tree.pools:
-            if pool.level not in req.levels or (fraction and not book.fits_shared(pool, fraction)):
+            if not pool.allows(req.level) or (fraction and not book.fits_shared(pool, fraction)):
                 continue
             free_isolated = pool.isolated - book.used_isolated
             if req.prefer_isolated and len(free_isolated) >= n:
@@ -91,14 +100,28 @@ class Placer:
         return Candidate(pool=pool, memory_fits=req.memory <= free_memory, affinity=affinity.get(pool.name, 0.0),
                          kinds=len(available_kinds(pool, req.kinds)),
                          free_milli=book.free_milli(pool) - taken_milli - req.shared_milli,
-                         free_exclusive=free_exclusive)
+                         free_exclusive=free_exclusive, load=book.parts[pool], reserved=len(pool.reserved))
+
+    def anchor(self, pool: Pool | None, req: Request, cpus: CPUSet) -> Pool:
+        """The pool whose memory a container gets before widening: the reserved CPUs' pool,
+        the lowest pool holding an exclusive container's CPUs, else its own pool."""
+        if pool is None:
+            return self.reserved_pool()
+        if req.cls is CPUClass.EXCLUSIVE and cpus:
+            lowest = pool
+            while True:
+                inner = next((c for c in lowest.children if cpus <= c.cpus), None)
+                if inner is None:
+                    return lowest
+                lowest = inner
+        return pool
 
     def member(self, w: Workload, req: Request, pool: Pool | None, cpus: CPUSet, isolated: bool) -> Member:
-        anchor = pool if pool is not None else self.reserved_pool()
+        anchor = self.anchor(pool, req, cpus)
         kinds, cold_until = req.kinds, None
         if req.cold_start is not None and any(p.memory.get("pmem") for p in anchor.lineage()):
             kinds, cold_until = ("pmem",), self.clock() + req.cold_start
-        mem_pool = memory_pool(anchor, kinds, req.memory, self.book.memory)
+        mem_pool = memory_pool(anchor, kinds, req.memory, self.book.memory, req.memory_limit)
         kinds = available_kinds(mem_pool, kinds) or ("dram",)
         return Member(key=w.key, workload=w, request=req, pool=pool, exclusive=cpus, from_isolated=isolated,
                       mem_pool=mem_pool, kinds=kinds, mems=None, cold_until=cold_until)
@@ -115,12 +138,12 @@ class Placer:
     def warm_kinds(self, m: Member) -> tuple[Pool, tuple[str, ...]]:
         """Where a cold-started container's memory goes when the cold start is over."""
         kinds = tuple(k for k in m.request.kinds if k != "pmem") or ("dram",)
-        anchor = m.pool if m.pool is not None else self.reserved_pool()
+        anchor = self.anchor(m.pool, m.request, m.exclusive)
         book = self.book
         if m.mem_pool is not None and m.request.memory:
             for p in m.mem_pool.lineage():  # its own bytes do not count against the move
                 book.memory[p.name] -= m.request.memory
-        mem_pool = memory_pool(anchor, kinds, m.request.memory, book.memory)
+        mem_pool = memory_pool(anchor, kinds, m.request.memory, book.memory, m.request.memory_limit)
         if m.mem_pool is not None and m.request.memory:
             for p in m.mem_pool.lineage():
                 book.memory[p.name] += m.request.memory

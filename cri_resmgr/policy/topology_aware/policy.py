@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
+from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import POOL_RESERVED, checked_cpus
 from cri_resmgr.policy.topology_aware import restore as restoring
@@ -23,6 +23,7 @@ from cri_resmgr.policy.topology_aware.options import NAME, parse_options
 from cri_resmgr.policy.topology_aware.placement import Placer
 from cri_resmgr.policy.topology_aware.pooltree import PoolTree, build_tree
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
+from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -48,11 +49,12 @@ class TopologyAwarePolicy:
                 f"reserved {reserved or 'none'}, isolated {self._tree.root.isolated or 'none'}")
         self._clock = clock
         self._allocator = CPUAllocator(context.topology)
+        self._cores = _cores(context.topology, self._tree.root.cpus)
         self._reset()
 
     def _reset(self) -> None:
         opts = self._options
-        self._book = Book(self._tree, self._reserved, opts.pin_cpu, opts.pin_memory)
+        self._book = Book(self._tree, self._reserved, opts.pin_cpu, opts.pin_memory, self._cores)
         self._placer = Placer(self._book, self._allocator, self._clock)
         self._affinity_index = AffinityIndex()
         self._by_pod: dict[tuple[str, str], dict[str, None]] = {}
@@ -77,7 +79,7 @@ class TopologyAwarePolicy:
         return self._reserved
 
     def request(self, w: Workload) -> Request:
-        return request_of(w, self._options, bool(self._reserved))
+        return request_of(w, self._options, len(self._reserved))
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -99,6 +101,34 @@ class TopologyAwarePolicy:
             return Decision()
         self._index(member, -1)
         return Decision(others=others)
+
+    def resize(self, workload: Workload) -> Decision:
+        """In place (policy.api.Resizable): the container is placed again with its new
+        requests; when it would get fewer exclusive CPUs than it asks for, or run
+        overcommitted, it is put back as it was and ResizeError says why."""
+        key = workload.key
+        old = self._book.members.get(key)
+        if old is None:
+            raise PolicyError(f"{NAME}: cannot resize {workload} ({key}): not placed")
+        released = self.release(key)
+        try:
+            decision = self.allocate(workload)
+        except BaseException:
+            self._put_back(old)
+            raise
+        new = self._book.members[key]
+        if len(new.exclusive) < new.request.exclusive or (new.overcommitted and not old.overcommitted):
+            self._put_back(old)
+            raise ResizeError(decision.warning or f"{NAME}: {workload} ({key}) does not fit")
+        others = {**released.others, **decision.others}
+        others.pop(key, None)
+        return Decision(decision.resources, others)
+
+    def _put_back(self, old: Member) -> None:
+        """Undoes a resize that did not fit: nobody was told of the change in between."""
+        if old.key in self._book:
+            self.release(old.key)
+        self.keep(old)
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
         saved = (self._book, self._placer, self._affinity_index, self._by_pod, self._by_ns)
@@ -206,6 +236,17 @@ class TopologyAwarePolicy:
             return
         _unindex(self._by_pod, (w.namespace, w.pod), m.key)
         _unindex(self._by_ns, w.namespace, m.key)
+
+
+def _cores(topology: Topology, cpus: CPUSet) -> dict[int, CPUSet]:
+    """CPU -> its core's CPUs, for cores with more than one thread."""
+    out: dict[int, CPUSet] = {}
+    for cpu in cpus:
+        if cpu not in out:
+            core = topology.siblings(cpu)
+            if len(core) > 1:
+                out.update(dict.fromkeys(core, core))
+    return out
 
 
 def _unindex(index: dict[K, dict[str, None]], k: K, key: str) -> None:

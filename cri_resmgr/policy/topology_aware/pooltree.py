@@ -1,11 +1,16 @@
 """The pool tree: root, packages, dies, NUMA nodes and L3 cache groups of the CPUs the
-policy may use, a level with a single child of the same CPUs collapsed into its parent.
+policy may use, nested by the containment the hardware really has: a NUMA node holding
+several packages is a level above them, one inside a package a level below. A group
+whose CPUs are those of its parent is the same pool (the pool answers to both levels).
+A group that crosses another (a node holding half of each of two packages) is split
+into its parts, each named NAME@PARENT.
 
 Each pool holds the available CPUs below it, the CPUs its shared containers may run on
 when no exclusive CPU is taken (`sharable`: all but the isolated ones), its isolated and
 its reserved CPUs, and its memory by kind:
-the DRAM of its CPU nodes plus the memory-only nodes (PMEM, CXL, HBM) attached to them,
-each memory-only node to the CPU node closest to it by distance.
+the DRAM of its CPUs' nodes (a CPU-only node's: the nearest memory) plus the memory-only
+nodes (PMEM, CXL, HBM) attached to them, each memory-only node to the CPU node closest
+to it by distance.
 
 The tree is plain data built once per policy (no allocation state: that is the
 policy's book).
@@ -41,6 +46,8 @@ class Pool:
     name: str
     level: str  # root, package, die, node, l3
     cpus: CPUSet
+    levels: frozenset[str] = frozenset()  # every level this pool is (its group collapsed with others)
+    above: frozenset[str] = frozenset()  # the levels of its ancestors
     parent: Pool | None = None
     children: list[Pool] = field(default_factory=list)
     index: int = 0  # pre-order position: the stable tie-break
@@ -74,6 +81,10 @@ class Pool:
         for child in self.children:
             yield from child.walk()
 
+    def allows(self, level: str | None) -> bool:
+        """Whether a container that may go no lower than `level` may be placed here."""
+        return level is None or level not in self.above
+
     def nodes(self, kinds: tuple[str, ...]) -> frozenset[int]:
         return frozenset().union(*(self.memory.get(k, frozenset()) for k in kinds))
 
@@ -95,30 +106,15 @@ class PoolTree:
         return self.by_name.get(name)
 
 
+# Level order for groups of equal CPUs: the first names the pool.
+_RANK = {"root": 0, "package": 1, "die": 2, "node": 3, "l3": 4}
+
+
 def build_tree(topology: Topology, available: CPUSet, reserved: CPUSet) -> PoolTree:
-    root = Pool(ROOT, "root", available)
-    for package in topology.package_ids():
-        pcpus = topology.package_cpus(package) & available
-        if not pcpus:
-            continue
-        ppool = _child(root, Pool(f"package{package}", "package", pcpus))
-        for die in topology.die_ids(package):
-            dcpus = topology.die_cpus(package, die) & pcpus
-            if not dcpus:
-                continue
-            dpool = _child(ppool, Pool(f"die{package}.{die}", "die", dcpus))
-            for nid in topology.cpu_node_ids():
-                ncpus = topology.node_cpus(nid) & dcpus
-                if not ncpus:
-                    continue
-                npool = _child(dpool, Pool(f"node{nid}", "node", ncpus))
-                for group in topology.groups("l3"):
-                    gcpus = group & ncpus
-                    if gcpus:
-                        _child(npool, Pool(f"l3cache{group.min()}", "l3", gcpus))
-    _collapse(root)
+    root = Pool(ROOT, "root", available, levels=frozenset({"root"}))
+    for level, name, cpus in sorted(_groups(topology, available), key=lambda g: (-len(g[2]), _RANK[g[0]], g[2].min())):
+        _insert(root, level, name, cpus)
     pools = tuple(root.walk())
-    _name_uniquely(pools)
     attached = attach_memory_only(topology)
     dram_of = memory_nodes(topology)
     for index, pool in enumerate(pools):
@@ -129,6 +125,7 @@ def build_tree(topology: Topology, available: CPUSet, reserved: CPUSet) -> PoolT
             ancestors.append(up)
             up = up.parent
         pool.ancestors = tuple(ancestors)
+        pool.above = frozenset().union(*(a.levels for a in ancestors))
         pool.depth = len(ancestors)
         pool.isolated = (pool.cpus & topology.isolated) - reserved
         pool.reserved = pool.cpus & reserved
@@ -136,6 +133,58 @@ def build_tree(topology: Topology, available: CPUSet, reserved: CPUSet) -> PoolT
         pool.cpu_nodes = frozenset(topology.node_of(c) for c in pool.cpus)
         _memory(pool, topology, dram_of, attached)
     return PoolTree(root, pools, {p.name: p for p in pools}, tuple(p for p in pools if p.is_leaf()))
+
+
+def _groups(topology: Topology, available: CPUSet) -> list[tuple[str, str, CPUSet]]:
+    """(level, name, CPUs) of every package, die, CPU node and L3 group, over the available CPUs."""
+    out: list[tuple[str, str, CPUSet]] = []
+    for package in topology.package_ids():
+        pcpus = topology.package_cpus(package) & available
+        if pcpus:
+            out.append(("package", f"package{package}", pcpus))
+        for die in topology.die_ids(package):
+            dcpus = topology.die_cpus(package, die) & pcpus
+            if dcpus:
+                out.append(("die", f"die{package}.{die}", dcpus))
+    for nid in topology.cpu_node_ids():
+        ncpus = topology.node_cpus(nid) & available
+        if ncpus:
+            out.append(("node", f"node{nid}", ncpus))
+    for group in topology.groups("l3"):
+        gcpus = group & available
+        if gcpus:
+            out.append(("l3", f"l3cache{group.min()}", gcpus))
+    return out
+
+
+def _insert(parent: Pool, level: str, name: str, cpus: CPUSet) -> None:
+    """Put the group under the lowest pool holding it: the same CPUs are the same pool,
+    children inside it move under it, a child it crosses splits it."""
+    while True:
+        if cpus == parent.cpus:
+            parent.levels = parent.levels | {level}
+            return
+        holder = next((c for c in parent.children if cpus <= c.cpus), None)
+        if holder is None:
+            break
+        parent = holder
+    crossed = [c for c in parent.children if not c.cpus.isdisjoint(cpus) and not c.cpus <= cpus]
+    if crossed:
+        rest = cpus
+        for child in crossed:
+            _insert(child, level, f"{name}@{child.name}", cpus & child.cpus)
+            rest = rest - child.cpus
+        if rest:
+            _insert(parent, level, name, rest)
+        return
+    pool = Pool(name, level, cpus, levels=frozenset({level}), parent=parent)
+    inside = [c for c in parent.children if c.cpus <= cpus]
+    parent.children = [c for c in parent.children if not c.cpus <= cpus]
+    parent.children.append(pool)
+    parent.children.sort(key=lambda c: c.cpus.min())
+    pool.children = inside
+    for child in inside:
+        child.parent = pool
 
 
 def attach_memory_only(topology: Topology) -> dict[int, tuple[int, ...]]:
@@ -152,33 +201,6 @@ def attach_memory_only(topology: Topology) -> dict[int, tuple[int, ...]]:
         closest = min(cpu_nodes, key=lambda c: (topology.distance(c, mid), c))
         out[closest].append(mid)
     return {n: tuple(m) for n, m in out.items()}
-
-
-def _child(parent: Pool, child: Pool) -> Pool:
-    child.parent = parent
-    parent.children.append(child)
-    return child
-
-
-def _collapse(pool: Pool) -> None:
-    """A pool whose only child has the same CPUs takes over that child's children."""
-    while len(pool.children) == 1 and pool.children[0].cpus == pool.cpus:
-        only = pool.children[0]
-        pool.children = only.children
-        for grandchild in pool.children:
-            grandchild.parent = pool
-    for child in pool.children:
-        _collapse(child)
-
-
-def _name_uniquely(pools: tuple[Pool, ...]) -> None:
-    # A NUMA node spanning packages appears once under each: name them apart.
-    seen: dict[str, int] = {}
-    for pool in pools:
-        seen[pool.name] = seen.get(pool.name, 0) + 1
-    for pool in pools:
-        if seen[pool.name] > 1 and pool.parent is not None:
-            pool.name = f"{pool.name}@{pool.parent.name}"
 
 
 def _memory(pool: Pool, topology: Topology, dram_of: dict[int, frozenset[int]],

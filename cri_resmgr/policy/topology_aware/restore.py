@@ -91,7 +91,7 @@ def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment
         pool = None
     else:
         pool = tree.get(a.pool)
-        if pool is None or pool.level not in req.levels:
+        if pool is None or not pool.allows(req.level):
             return None
     isolated = bool(details.get("isolated"))
     if pool is not None and a.exclusive:
@@ -107,7 +107,7 @@ def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment
         if not (book.shared[pool] if overcommitted else book.fits_shared(pool, req.shared_milli)):
             return None
     placer = policy.placer
-    anchor = pool if pool is not None else placer.reserved_pool()
+    anchor = placer.anchor(pool, req, a.exclusive)
     mem_pool = tree.get(str(details.get("mem_pool", "")))
     kinds = tuple(k for k in details.get("kinds") or () if k in KINDS)
     cold = details.get("cold_until")

@@ -22,11 +22,18 @@ def wl(key: str, qos: QoS | str = QoS.BESTEFFORT, cpu: int = 0, *, namespace: st
        **kw) -> Workload:
     """A Workload named after its key; cpu in milli-CPU; annotations without the prefix."""
     ann = {PREFIX + k: v for k, v in (annotations or {}).items()}
+    if QoS(qos) is QoS.BURSTABLE and "memory_limit" not in kw:
+        # A memory limit that any node holds: a Burstable container without one gets every
+        # node's memory (as in the references), which most tests are not about.
+        kw["memory_limit"] = max(kw.get("memory_request") or 0, GiB)
     return Workload(key=key, namespace=namespace, pod=pod or f"pod-{key}", name=key, qos=QoS(qos),
                     cpu_request=cpu, labels=labels or {}, pod_annotations=ann, **kw)
 
 
 def make(topology: Topology, reserved=None, available=None, clock=None, **options) -> TopologyAwarePolicy:
+    # Most tests use Burstable containers as plain shared ones: no level for those without
+    # a CPU limit unless a test asks for one (the policy's default is package).
+    options.setdefault("UnlimitedBurstable", "none")
     ctx = build_context(topology, reserved=reserved, available=available, options=options)
     return TopologyAwarePolicy(ctx, clock=clock) if clock else TopologyAwarePolicy(ctx)
 

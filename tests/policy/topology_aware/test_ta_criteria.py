@@ -52,10 +52,13 @@ def test_order_affinity_kind_isolated_tightness_memory_balance():
         == "memory-fits"
     assert c.explain(Candidate(NODE), Candidate(ROOT, free_milli=10_000)) == "tightest"
     assert c.explain(Candidate(NODE2, free_milli=2000), Candidate(NODE, free_milli=1000)) == "balance"
+    assert c.explain(Candidate(NODE2, load=1), Candidate(NODE, load=2)) == "load"
+    assert c.explain(Candidate(NODE2, reserved=0), Candidate(NODE, reserved=1)) == "unreserved"
     assert c.explain(Candidate(NODE), Candidate(NODE2)) == "position"
     assert c.explain(Candidate(NODE2), Candidate(NODE)) is None
     ranked = c.rank([Candidate(ROOT), Candidate(NODE2), Candidate(NODE), Candidate(PKG)])
     assert [x.pool.name for x in ranked] == ["node0", "node1", "package0", "root"]
     assert c.best([]) is None
     assert [name for name, _ in c.CRITERIA] == ["affinity", "memory-kind", "isolated", "tightest",
-                                                "memory-fits", "balance", "position"]
+                                                "memory-fits", "balance", "load", "unreserved",
+                                                "position"]

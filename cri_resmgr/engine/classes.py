@@ -1,0 +1,324 @@
+"""Block I/O and RDT classes, enforced by the resource manager itself (any runtime).
+
+The class of a container is decided without I/O (`classes/select.py`); this module
+learns where the container is (its PID and cgroups path, from a verbose
+ContainerStatus: containerd's and CRI-O's info, or the NRI plugin's view of the
+runtime) and has the writers (`classes/blockio.py`, `classes/rdt.py`) put it there:
+after StartContainer, for every container when a configuration is applied (start-up
+included), and in the periodic reconcile, which also moves a container's new threads
+into its RDT group and restores block I/O rules that were lost.
+
+A configuration is checked against the hardware in `prepare` (RDT: CLOSes and cache
+bits), before anything in force changes; a machine without resctrl or a blkio/io
+controller gets one warning and classes that are chosen but not enforced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import grpc
+
+from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import short
+from cri_resmgr.classes import blockio, cgroups, rdtplan
+from cri_resmgr.classes.hostfs import HostFiles
+from cri_resmgr.classes.rdt import ResctrlWriter
+from cri_resmgr.classes.select import KINDS, Choice, annotation_key, choose
+from cri_resmgr.config.classes import ClassConfigError
+from cri_resmgr.config.schema import Config, ConfigError
+from cri_resmgr.engine.cache import ContainerRecord
+from cri_resmgr.engine.runtime import RuntimeCalls
+
+log = logging.getLogger(__name__)
+
+V1 = "/runtime.v1.RuntimeService/"
+# A StartContainer's reply waits for the class rules: never longer than this on the runtime.
+LOCATE_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    """Counters for metrics: containers given a class (by kind and class, counted when a
+    container gets it), annotations naming an unknown class, failed enforcements by kind."""
+
+    assignments: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    unknown: int = 0
+    failures: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A configuration's classes as this machine will enforce them."""
+
+    config: Config
+    blockio: Mapping[str, blockio.Limits]
+    rdt: rdtplan.RdtPlan | None  # None: no resctrl here, or no RDT classes
+
+
+class ClassControl:
+    """One per controller; survives policy switches. `files` is the host (a dry-run
+    wraps it), `runtime` answers ContainerStatus, `note` copies what is written to the dump."""
+
+    def __init__(self, files: HostFiles, runtime: RuntimeCalls, note: Callable[[str], None] | None = None):
+        self._files = files
+        self._runtime = runtime
+        self._mode = cgroups.mode(files)
+        self._blkio = blockio.BlkioWriter(files, self._mode or "v1", note) if self._mode else None
+        self._rdt = ResctrlWriter(files, note)
+        self._prepared: Prepared | None = None
+        self._where: dict[str, cgroups.Where] = {}  # container id -> where the runtime put it
+        self._chosen: dict[str, tuple[Choice, Choice]] = {}  # container key -> (blockio, rdt)
+        # Container ids whose cgroup holds our rules (whose tasks are in one of our groups)
+        # as far as this process knows; a container seen for the first time is checked once
+        # (what a previous run wrote is cleared if its class is gone).
+        self._blockio_touched: set[str] = set()
+        self._rdt_touched: set[str] = set()
+        self._seen: set[str] = set()
+        self._warned: set[str] = set()  # one warning per missing thing / unknown class per container
+        self._assignments: dict[tuple[str, str], int] = {}
+        self._unknown = 0
+        self._failures = {k: 0 for k in KINDS}
+        self._stats = ClassStats()
+
+    # -- what others read ------------------------------------------------------------
+
+    def stats(self) -> ClassStats:
+        """Safe from another thread (metrics): a snapshot replaced, never changed, on the loop."""
+        return self._stats
+
+    def _counted(self) -> None:
+        self._stats = ClassStats(assignments=dict(self._assignments), unknown=self._unknown,
+                                 failures=dict(self._failures))
+
+    def of(self, key: str) -> tuple[str | None, str | None]:
+        """The (blockio, rdt) classes given to a container, by its key (for /state)."""
+        chosen = self._chosen.get(key)
+        return (chosen[0].name, chosen[1].name) if chosen is not None else (None, None)
+
+    def choose(self, c: ContainerRecord) -> tuple[str | None, str | None]:
+        """The (blockio, rdt) classes `c` is to get, decided now (the NRI plugin names them
+        in a new container's adjustment, before it starts)."""
+        b, r = self._choices(c)
+        return b.name, r.name
+
+    def _choices(self, c: ContainerRecord) -> tuple[Choice, Choice]:
+        p = self._prepared
+        if p is None:
+            return Choice(None), Choice(None)
+        w = c.workload
+        return (choose(w.effective_annotation(annotation_key("blockio")), w.qos.value, p.config.blockio.classes,
+                       p.config.blockio.qos_classes),
+                choose(w.effective_annotation(annotation_key("rdt")), w.qos.value, p.config.rdt.classes,
+                       p.config.rdt.qos_classes))
+
+    # -- configuration ---------------------------------------------------------------
+
+    def prepare(self, config: Config) -> Prepared:
+        """The classes of `config` on this machine; raises ConfigError naming the key
+        when the hardware cannot give them (RDT over-subscription)."""
+        limits = {}
+        for name, rules in config.blockio.classes.items():
+            limits[name], unmatched = blockio.resolve(rules, self._files)
+            for glob in unmatched:
+                log.warning("%s: blockio.Classes.%s: %s matches no block device under %s", config.source,
+                            name, glob, self._files.show("/"))
+        if config.blockio.classes and self._mode is None:
+            self._warn_once("blockio", "block I/O classes are chosen but not enforced: no blkio (cgroup v1) "
+                            f"or io (cgroup v2) controller under {self._files.show(cgroups.CGROUP_ROOT)}")
+        plan = None
+        if config.rdt.partitions:
+            if not self._rdt.mounted:
+                self._warn_once("resctrl", f"RDT classes are chosen but not enforced: no resctrl at "
+                                f"{self._rdt.where()} (not mounted, or no RDT on this machine)")
+            else:
+                try:
+                    plan = rdtplan.plan(config.rdt, self._rdt.info())
+                except ClassConfigError as e:
+                    raise ConfigError(f"{config.source}: {e}") from None
+                except (OSError, ValueError) as e:
+                    raise ConfigError(f"{config.source}: rdt: cannot read {self._rdt.where()}/info: {e}") from None
+                for note in plan.notes:
+                    log.info("%s: rdt: %s", config.source, note)
+        return Prepared(config=config, blockio=limits, rdt=plan)
+
+    def switch(self, prepared: Prepared) -> None:
+        """Puts the prepared groups in place (resctrl); containers follow with `sync`."""
+        self._prepared = prepared
+        plan = prepared.rdt
+        if plan is None and not self._rdt.groups():
+            return
+        try:
+            done = self._rdt.apply(plan.schemata if plan is not None else {})
+        except OSError as e:
+            self._failures["rdt"] += 1
+            self._counted()
+            log.error("rdt: configuring the resctrl groups failed: %s", e)
+            return
+        if done:
+            log.info("rdt: %s", "; ".join(done))
+
+    # -- containers --------------------------------------------------------------------
+
+    async def started(self, c: ContainerRecord) -> None:
+        """After StartContainer: the container's classes go in place now."""
+        if self._prepared is None or not c.id or not self._relevant(c):
+            return
+        where = await self._locate(c)
+        if where is not None:
+            self._enforce(c, where)
+
+    async def sync(self, records: Iterable[ContainerRecord], present: set[str] | None = None) -> None:
+        """Every live container (start-up, a new configuration, the periodic reconcile);
+        `present`: the ids the runtime lists, when known, to forget the others."""
+        if self._prepared is None:
+            return
+        every = list(records)
+        live = [c for c in every if c.id and not c.released and c.state != "exited"]
+        ids = {c.id for c in live} if present is None else present
+        for gone in [i for i in self._where if i not in ids]:
+            self._forget(gone)
+        keys = {c.key for c in every}
+        for key in [k for k in self._chosen if k not in keys]:
+            del self._chosen[key]
+        for c in live:
+            if not self._relevant(c):
+                continue
+            where = await self._locate(c)
+            if where is not None:
+                self._enforce(c, where)
+
+    def _relevant(self, c: ContainerRecord) -> bool:
+        """Whether anything is to be done for `c`: a configuration with classes, or a
+        class it had (to clear)."""
+        p = self._prepared
+        if p is None:
+            return False
+        return bool(p.config.blockio.classes or p.config.rdt.partitions) or c.id in self._blockio_touched \
+            or c.id in self._rdt_touched or c.key in self._chosen
+
+    def _forget(self, container_id: str) -> None:
+        self._where.pop(container_id, None)
+        self._blockio_touched.discard(container_id)
+        self._rdt_touched.discard(container_id)
+        self._seen.discard(container_id)
+
+    async def _locate(self, c: ContainerRecord) -> cgroups.Where | None:
+        known = self._where.get(c.id)
+        if known is not None:
+            return known
+        try:
+            status = await self._runtime.call(V1 + "ContainerStatus",
+                                              pb.ContainerStatusRequest(container_id=c.id, verbose=True),
+                                              pb.ContainerStatusResponse, LOCATE_TIMEOUT)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
+                log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
+            return None
+        where = where_from_info(dict(status.info))
+        if where.pid <= 0 and not where.cgroups_path:
+            self._warn_once("where", f"the runtime at {self._runtime.path} tells neither PID nor cgroupsPath "
+                            "in ContainerStatus' info: block I/O and RDT classes cannot be enforced")
+            return None
+        self._where[c.id] = where
+        return where
+
+    def _enforce(self, c: ContainerRecord, where: cgroups.Where) -> None:
+        p = self._prepared
+        assert p is not None
+        w = c.workload
+        chosen = self._choices(c)
+        for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
+            if choice.unknown is not None and self._warn_once(
+                    f"unknown:{c.key}:{kind}:{choice.unknown}",
+                    f"{w}: {kind} class {short(choice.unknown)} is not in the configuration (classes: "
+                    f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
+                self._unknown += 1
+                self._counted()
+        before = self._chosen.get(c.key)
+        self._chosen[c.key] = (chosen[0], chosen[1])
+        for i, kind in enumerate(KINDS):
+            name = chosen[i].name
+            if name is not None and (before is None or before[i].name != name):
+                self._assignments[(kind, name)] = self._assignments.get((kind, name), 0) + 1
+                self._counted()
+                log.info("%s: %s class %s (%s)", w, kind, name, "annotation" if chosen[i].source == "annotation"
+                         else f"default of QoS class {w.qos.value}")
+        first = c.id not in self._seen
+        self._seen.add(c.id)
+        if first and p.config.blockio.classes:
+            self._blockio_touched.add(c.id)  # a previous run may have written rules: read and clear them
+        if first and p.config.rdt.partitions:
+            self._rdt_touched.add(c.id)
+        self._enforce_blockio(c, where, chosen[0].name, p)
+        self._enforce_rdt(c, where, chosen[1].name, p)
+
+    def _enforce_blockio(self, c: ContainerRecord, where: cgroups.Where, name: str | None, p: Prepared) -> None:
+        if self._blkio is None or self._mode is None or (name is None and c.id not in self._blockio_touched):
+            return
+        d = cgroups.container_dir(self._files, self._mode, where)
+        if d is None:
+            return  # gone meanwhile: nothing to do
+        missing = self._blkio.missing(d)
+        if missing:
+            self._warn_once("blkio-files", f"block I/O: the container cgroups here have no {', '.join(missing)} "
+                            f"(first seen in {self._files.show(d)}): rules that need them fail")
+        try:
+            self._blkio.write(d, p.blockio.get(name, blockio.NONE) if name else blockio.NONE, str(c.workload))
+        except OSError as e:
+            self._failures["blockio"] += 1
+            self._counted()
+            log.error("%s: writing block I/O class %s into %s failed: %s", c.workload, name or "(none)",
+                      self._files.show(d), e)
+            return
+        if name is None:
+            self._blockio_touched.discard(c.id)
+        else:
+            self._blockio_touched.add(c.id)
+
+    def _enforce_rdt(self, c: ContainerRecord, where: cgroups.Where, name: str | None, p: Prepared) -> None:
+        plan = p.rdt
+        if plan is None or not self._rdt.mounted or self._mode is None:
+            return
+        group = name if name is not None and name in plan.schemata else None
+        if group is None and c.id not in self._rdt_touched:
+            return
+        tids = cgroups.threads(self._files, self._mode, where)
+        try:
+            if group is None:
+                self._rdt.release(tids, str(c.workload))
+            else:
+                self._rdt.move(group, tids, str(c.workload))
+        except OSError as e:
+            self._failures["rdt"] += 1
+            self._counted()
+            log.error("%s: moving its tasks to RDT class %s failed: %s", c.workload, group or "(root)", e)
+            return
+        if group is None:
+            self._rdt_touched.discard(c.id)
+        else:
+            self._rdt_touched.add(c.id)
+
+    def _warn_once(self, key: str, text: str) -> bool:
+        if key in self._warned:
+            return False
+        self._warned.add(key)
+        log.warning("%s", text)
+        return True
+
+
+def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
+    """PID and cgroupsPath from a verbose ContainerStatus' info (containerd, CRI-O, NRI view)."""
+    try:
+        data = json.loads(info.get("info", "{}"))
+    except json.JSONDecodeError:
+        return cgroups.Where()
+    if not isinstance(data, dict):
+        return cgroups.Where()
+    pid = data.get("pid")
+    linux = (data.get("runtimeSpec") or {}).get("linux") or {}
+    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
+    return cgroups.Where(pid=pid if isinstance(pid, int) else 0, cgroups_path=path if isinstance(path, str) else "")

@@ -1,0 +1,51 @@
+"""Re-deciding a placed container whose requests changed (an in-place pod resize).
+
+Every built-in policy is `api.Resizable`: static and static-plus re-place the container
+keeping the exclusive CPUs it has where they can, topology-aware places it again and
+puts its old member back on a refusal, balloons goes `by_replacing`: the container is
+released and allocated again with its new requests, and when the new size cannot be
+met, the policy's whole state is restored from the assignments it had, so nothing
+moves (a restore only when a resize is refused). A policy that is not Resizable is
+resized by_replacing with what the engine knows of its containers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, ResizeError, Workload
+
+__all__ = ["resize"]
+
+
+def resize(policy: Policy, workload: Workload, placed: Callable[[], list[Workload]]) -> Decision:
+    """The policy's decision for `workload` (a placed container with new requests).
+    `placed()`: every container the policy holds, as it holds them now (the resized
+    one with its old workload), asked for only when the policy is not Resizable.
+    Raises ResizeError (nothing changed) when the new size cannot be met."""
+    if isinstance(policy, Resizable):
+        return policy.resize(workload)
+    return by_replacing(policy, workload, placed())
+
+
+def by_replacing(policy: Policy, workload: Workload, placed: list[Workload]) -> Decision:
+    """Release and allocate; on a refusal the policy's state is restored from `placed`
+    (every container it holds, with its old workload) and the assignments it had."""
+    before = dict(policy.assignments())  # its own objects: no copy of what they hold
+    released = policy.release(workload.key)
+    try:
+        decision = policy.allocate(workload)
+    except BaseException:
+        _put_back(policy, placed, before)
+        raise
+    if decision.warning:
+        _put_back(policy, placed, before)
+        raise ResizeError(decision.warning)
+    others = {**released.others, **decision.others}
+    others.pop(workload.key, None)
+    return Decision(decision.resources, others)
+
+
+def _put_back(policy: Policy, placed: list[Workload], before: dict[str, Assignment]) -> None:
+    # Every assignment was valid a moment ago, so a restore keeps each one as it was.
+    policy.restore([(w, before.get(w.key)) for w in placed], live=False)
