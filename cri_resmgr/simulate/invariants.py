@@ -20,7 +20,8 @@ others it moved are the ones last seen (the full passes ask for every container)
   take a core's worth of threads from cores they leave half taken (their siblings free)
   while another core, wholly free before (no exclusive CPU, not reserved, of the same
   kind: isolated or not) in the same NUMA node and L3 group, stayed out of them;
-* no Guaranteed container sharing CPUs when the requests fit: a Guaranteed container with
+* no Guaranteed container sharing CPUs when the requests fit (judged when it is decided
+  on, created or resized): a Guaranteed container with
   whole CPUs (not prefer-shared, not on the reserved CPUs) holds that many exclusive CPUs
   whenever the CPU requests of all live containers, the shared ones rounded up to whole
   CPUs and at least one, fit the available CPUs that are neither reserved nor isolated.
@@ -129,7 +130,9 @@ class Checker:
             if problem:
                 self.fail(where, f"{self._name(key)}: {problem}")
         c = self.cache.containers.get(key)
-        if self.isolation and c is not None and self.policy.resources(key) is not None:
+        # Judged when the container is decided on: a policy does not move a container placed
+        # shared (too little room then) when room comes back later, e.g. by a release.
+        if self.isolation and new and c is not None and self.policy.resources(key) is not None:
             problem = self._isolation_problem(c.workload, exclusive)
             if problem:
                 self.fail(where, f"{self._name(key)}: {problem}")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, namespace_ok, preference, type_for
 from cri_resmgr.policy.balloons.book import Book
+from cri_resmgr.policy.balloons.isolation import dedicated, dedicated_balloon, reclaim
 from cri_resmgr.policy.balloons.restore import restore
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
@@ -44,7 +45,7 @@ class BalloonsPolicy:
             raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
                                    "reserved; none left for balloons")
         self._topology = context.topology
-        self._book = Book(self._config, Nearness(context.topology), assignable, reserved)
+        self._book = Book(self._config, Nearness(context.topology, reserved), assignable, reserved)
         self._check_minimums()
         self._book.clear()
         self._create_minimums()
@@ -86,19 +87,32 @@ class BalloonsPolicy:
             raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
         old_free = book.free
         t, warning = type_for(self._config, workload, bool(book.reserved))
+        self._moved: tuple[set[Balloon], list[str]] = (set(), [])
         b, short = self._choose(t, workload)
-        b.members[workload.key] = workload
-        b.requested += workload.cpu_request
+        b.join(workload)
         book.member[workload.key] = b
         lacking = book.resize(b)
+        if lacking and dedicated_balloon(b):  # the pod's own balloon must grow: make room
+            self._make_room(lacking, b)
+            lacking = book.resize(b)
+        changed, moved = self._moved
+        notes = [f"{NAME}: {workload} ({workload.key}) in {b.name}: {m}" for m in moved]
         if short or lacking:
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
-            note = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
-                    f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
-                    f"({book.size(b)} {unit}, {b.requested}m requested)")
-            warning = f"{warning}; {note}" if warning else note
-        others = book.refresh({b}, old_free, workload.key)
+            notes.append(f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
+                         f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
+                         f"({book.size(b)} {unit}, {b.requested}m requested)")
+        if notes:
+            warning = "; ".join(([warning] if warning else []) + notes)
+        others = book.refresh(changed | {b}, old_free, workload.key)
         return Decision(resources=b.resources, others=others, warning=warning)
+
+    def _make_room(self, units: int, keep: Balloon | None = None) -> None:
+        """Move CPUs of balloons that are not dedicated to free, for a dedicated container
+        (isolation.py); what moved is kept for the decision."""
+        changed, notes = reclaim(self._book, units, keep)
+        self._moved[0].update(changed)
+        self._moved[1].extend(notes)
 
     def _choose(self, t: BalloonType, w: Workload) -> tuple[Balloon, bool]:
         """The balloon for `w` (created if need be) and whether it is a best-effort pick.
@@ -129,8 +143,17 @@ class BalloonsPolicy:
             empty = [item for item in fitting if not item[1].members]
             if empty:
                 return min(empty, key=lambda item: item[1].index)[1], False
+            if (not can_new and dedicated(t, w) and t.can_add_balloon(len(mine))
+                    and (t.max_cpus is None or first <= t.max_cpus)):
+                self._make_room(first - free)  # kubelet admitted it: other balloons' slack gives way
+                can_new = first <= book.free_units(t)
             if can_new:
                 return book.new_balloon(t, 0), False
+            if dedicated(t, w) and t.can_add_balloon(len(mine)):
+                # Short of CPUs even so (the requests do not fit): not beside another pod's
+                # containers in their balloon, best-effort in the default one. (When MaxBalloons
+                # is reached, sharing a balloon is what the configuration asks for.)
+                fitting = []
         if fitting:
             return min(fitting, key=lambda item: item[0])[1], False
         if can_new:
@@ -139,10 +162,13 @@ class BalloonsPolicy:
 
     def _best_effort(self, t: BalloonType, w: Workload) -> Balloon:
         """No balloon can hold the request: the type's balloon with the most room left,
-        a new one if some CPUs are free, else the default balloon."""
+        a new one if some CPUs are free, else the default balloon. A dedicated container
+        does not go into another pod's dedicated balloon (isolation.py)."""
         book = self._book
         free = book.free_units(t)
         mine = [b for b in book.by_type[t.name] if book.size(b) > 0 or free > 0]
+        if dedicated(t, w):
+            mine = [b for b in mine if not b.members]
         if mine:
             def room(b: Balloon) -> tuple[int, int]:
                 cap = book.size(b) + free
@@ -161,8 +187,7 @@ class BalloonsPolicy:
         if b is None:
             return Decision()
         old_free = book.free
-        w = b.members.pop(key)
-        b.requested -= w.cpu_request
+        b.leave(key)
         changed = {b}
         if not b.members and not book.is_fixed(b) and len(book.by_type[b.type.name]) > b.type.min_balloons:
             book.remove_balloon(b)

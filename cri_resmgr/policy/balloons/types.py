@@ -4,6 +4,8 @@
       Active: balloons
       balloons:
         PinMemory: true                 # default for every type
+        PreferSpreadOnPhysicalCores: false   # default for every type
+        AllocatorTopologyBalancing: false    # default for every type
         ReservedPoolNamespaces: [kube-system, "monitoring-*"]
         BalloonTypes:
           - Name: dataplane
@@ -40,7 +42,7 @@ from cri_resmgr.policy.pools import option_bool
 from cri_resmgr.topology.model import Level
 
 __all__ = [
-    "BalloonType", "BalloonsConfig", "parse_config", "RESERVED", "DEFAULT", "SECTION",
+    "BalloonType", "BalloonsConfig", "parse_config", "canonical_keys", "RESERVED", "DEFAULT", "SECTION",
     "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS", "check_node",
 ]
 
@@ -62,16 +64,20 @@ SHARE_LEVELS: dict[str, Level | None] = {
     "l3cache": "l3", "core": "core",
 }
 
-POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces")
+POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces", "PreferSpreadOnPhysicalCores",
+                  "AllocatorTopologyBalancing")
 TYPE_OPTIONS = (
     "Name", "Namespaces", "MatchExpressions", "MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons",
     "AllocatorPriority", "PreferSpreadingPods", "PreferNewBalloons", "PreferPerNamespaceBalloon",
-    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass",
+    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass", "PreferSpreadOnPhysicalCores",
+    "AllocatorTopologyBalancing",
 )
+# nri-plugins' numeric AllocatorPriority: 0 High, 1 Normal, 2 Low, 3 None.
+_NUMERIC_PRIORITIES: dict[int, Priority] = {0: "performance", 1: "none", 2: "efficiency", 3: "none"}
 # The reserved balloon is the reserved CPUs, exactly one of it: nothing sizes it.
 _RESERVED_FIXED = ("MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons", "HideHyperthreads",
                    "AllocatorPriority", "PreferNewBalloons", "PreferSpreadingPods",
-                   "PreferPerNamespaceBalloon")
+                   "PreferPerNamespaceBalloon", "PreferSpreadOnPhysicalCores", "AllocatorTopologyBalancing")
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,8 @@ class BalloonType:
     per_namespace: bool = False  # a balloon holds containers of one namespace
     share_idle: str | None = None  # a SHARE_LEVELS key
     hide_hyperthreads: bool = False
+    spread_cores: bool = False  # PreferSpreadOnPhysicalCores: one thread of each core first
+    balance: bool = False  # AllocatorTopologyBalancing: new balloons where most CPUs are free
     pin_memory: bool = True
     cpu_class: str = ""
     order: int = 0  # position in BalloonTypes: matching tries types in this order
@@ -135,11 +143,10 @@ class BalloonsConfig:
 
 def parse_config(options: Mapping[str, Any], section: str = SECTION) -> BalloonsConfig:
     """The policy's option section as a BalloonsConfig; raises ConfigValueError naming the key."""
-    for name in options:
-        if name not in POLICY_OPTIONS:
-            raise ConfigValueError(f"{section}.{clip(str(name), 60)}: unknown option "
-                                   f"(known: {', '.join(POLICY_OPTIONS)})")
+    options = canonical_keys(options, POLICY_OPTIONS, section, "option")
     pin = option_bool(options, "PinMemory", section.removeprefix("policy."), default=True)
+    defaults = {key: option_bool(options, key, section.removeprefix("policy."))
+                for key in ("PreferSpreadOnPhysicalCores", "AllocatorTopologyBalancing")}
     reserved_ns = _globs(options.get("ReservedPoolNamespaces", ["kube-system"]),
                          f"{section}.ReservedPoolNamespaces")
     raw = options.get("BalloonTypes", [])
@@ -150,29 +157,49 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
     parsed: dict[str, BalloonType] = {}
     for i, entry in enumerate(raw):
         where = f"{section}.BalloonTypes[{i}]"
-        if isinstance(entry, Mapping) and entry.get("Name") == DEFAULT:
-            entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
-        t = parse_type(entry, where, pin, i)
+        if isinstance(entry, Mapping):
+            entry = canonical_keys(entry, TYPE_OPTIONS, where, "balloon type option")
+            if entry.get("Name") == DEFAULT:
+                entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
+        t = parse_type(entry, where, pin, i, defaults)
         if t.name in parsed:
             raise ConfigValueError(f"{where}.Name: balloon type {short(t.name)} is defined twice")
         parsed[t.name] = t
     count = len(parsed)
     reserved = parsed.pop(RESERVED, None) or BalloonType(RESERVED, pin_memory=pin)
     reserved = _fixed_reserved(reserved)
-    default = parsed.pop(DEFAULT, None) or BalloonType(DEFAULT, pin_memory=pin, min_balloons=1, max_balloons=1)
+    default = parsed.pop(DEFAULT, None) or BalloonType(
+        DEFAULT, pin_memory=pin, min_balloons=1, max_balloons=1,
+        spread_cores=defaults["PreferSpreadOnPhysicalCores"], balance=defaults["AllocatorTopologyBalancing"])
     default = _sane_default(default)
     user = sorted(parsed.values(), key=lambda t: t.order)
     types = (reserved, *user, _reordered(default, count))
     return BalloonsConfig(types=types, reserved_namespaces=reserved_ns)
 
 
-def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0) -> BalloonType:
+def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, what: str) -> dict[str, Any]:
+    """`entry` with its keys spelt as `known` spells them: the references read their
+    configuration case-insensitively (`ShareIdleCpusInSame`, `CPUClass`, camelCase in
+    nri-plugins), so a key differing only in case is the same key; anything else is an
+    error naming it."""
+    by_lower = {k.lower(): k for k in known}
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        name = by_lower.get(str(key).lower())
+        if name is None:
+            raise ConfigValueError(f"{where}.{clip(str(key), 60)}: unknown {what} (known: {', '.join(known)})")
+        if name in out:
+            raise ConfigValueError(f"{where}.{clip(str(key), 60)}: given twice (as {name} too)")
+        out[name] = value
+    return out
+
+
+def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
+               defaults: Mapping[str, bool] | None = None) -> BalloonType:
     if not isinstance(entry, Mapping):
         raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {short(entry)}")
-    for key in entry:
-        if key not in TYPE_OPTIONS:
-            raise ConfigValueError(f"{where}.{clip(str(key), 60)}: unknown balloon type option "
-                                   f"(known: {', '.join(TYPE_OPTIONS)})")
+    entry = canonical_keys(entry, TYPE_OPTIONS, where, "balloon type option")
+    defaults = defaults or {}
     name = entry.get("Name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigValueError(f"{where}.Name: missing (every balloon type needs a name)")
@@ -196,10 +223,13 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
     if max_balloons is not None and (max_balloons < min_balloons or max_balloons == 0):
         raise ConfigValueError(f"{where}.MaxBalloons: {max_balloons} is below MinBalloons ({min_balloons}) or 1")
     priority_raw = entry.get("AllocatorPriority", "none")
-    priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
+    if isinstance(priority_raw, int) and not isinstance(priority_raw, bool):
+        priority = _NUMERIC_PRIORITIES.get(priority_raw)
+    else:
+        priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
     if priority is None:
         raise ConfigValueError(f"{where}.AllocatorPriority: {short(priority_raw)} is not one of "
-                               "performance, efficiency, none")
+                               "performance (high, 0), efficiency (low, 2), none (normal, 1, 3)")
     share = entry.get("ShareIdleCPUsInSame")
     if share is not None:
         if not isinstance(share, str) or share.strip().lower() not in SHARE_LEVELS:
@@ -221,6 +251,10 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
         per_namespace=option_bool(entry, "PreferPerNamespaceBalloon", section),
         share_idle=share,
         hide_hyperthreads=option_bool(entry, "HideHyperthreads", section),
+        spread_cores=option_bool(entry, "PreferSpreadOnPhysicalCores", section,
+                                 default=defaults.get("PreferSpreadOnPhysicalCores", False)),
+        balance=option_bool(entry, "AllocatorTopologyBalancing", section,
+                            default=defaults.get("AllocatorTopologyBalancing", False)),
         pin_memory=option_bool(entry, "PinMemory", section, default=pin_default),
         cpu_class=cpu_class, order=order, configured=True,
     )
