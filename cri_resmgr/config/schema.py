@@ -150,7 +150,7 @@ def _keys(data: Mapping[str, Any], allowed: Iterable[str], source: str, where: s
     allowed = tuple(allowed)
     for k in data:
         if k not in allowed:
-            raise ConfigError(f"{source}: {where}{clip(str(k), 60)}: unknown key (known: {', '.join(allowed)})")
+            raise ConfigError(f"{source}: {where}{clip(str(k), 30)}: unknown key (known: {', '.join(allowed)})")
 
 
 def _bool(value: Any, source: str, where: str) -> bool:

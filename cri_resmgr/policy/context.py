@@ -149,7 +149,7 @@ def _section_value(section: Any, section_key: str) -> tuple[str, Any]:
         if isinstance(name, str) and name.lower() == "cpu":
             cpu_key, value = name, item
         else:
-            raise ConfigValueError(f"{section_key}.{clip(str(name), 60)}: unknown resource (known: CPU)")
+            raise ConfigValueError(f"{section_key}.{clip(str(name), 30)}: unknown resource (known: CPU)")
     return f"{section_key}.{cpu_key}", value
 
 

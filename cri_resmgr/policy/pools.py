@@ -259,7 +259,7 @@ def check_options(options: Mapping[str, object], known: Iterable[str], section: 
     for name in options:
         if name not in known:
             raise ConfigValueError(
-                f"policy.{section}.{clip(str(name), 60)}: unknown option (known: {', '.join(known) or 'none'})"
+                f"policy.{section}.{clip(str(name), 30)}: unknown option (known: {', '.join(known) or 'none'})"
             )
 
 

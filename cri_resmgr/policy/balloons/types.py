@@ -187,9 +187,9 @@ def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, w
     for key, value in entry.items():
         name = by_lower.get(str(key).lower())
         if name is None:
-            raise ConfigValueError(f"{where}.{clip(str(key), 60)}: unknown {what} (known: {', '.join(known)})")
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: unknown {what} (known: {', '.join(known)})")
         if name in out:
-            raise ConfigValueError(f"{where}.{clip(str(key), 60)}: given twice (as {name} too)")
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: given twice (as {name} too)")
         out[name] = value
     return out
 
