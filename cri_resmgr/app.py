@@ -29,6 +29,8 @@ from cri_resmgr.transport.upstream import Upstream
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 5.0
+RUNTIME_PROBE_PERIOD = 5.0  # seconds between the relay's own Version calls (metrics' runtime_up)
+RUNTIME_PROBE_TIMEOUT = 2.0
 
 
 def validate(settings: Settings) -> None:
@@ -92,6 +94,22 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
         if counts["gone"] or counts["adopted"] or counts["resent"]:
             log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted, "
                      "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
+
+
+async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: float) -> None:
+    """Version on the relay's own channel every `period` seconds, told to the transport: with
+    no call passing (the none policy, a quiet node) cri_resmgr_runtime_up would otherwise say 1
+    long after the runtime went away."""
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await runtime.version(timeout=RUNTIME_PROBE_TIMEOUT)
+        except grpc.aio.AioRpcError as e:
+            relay.runtime_probed(False, f"{e.code().name}: {e.details()}")
+        except OSError as e:
+            relay.runtime_probed(False, str(e))
+        else:
+            relay.runtime_probed(True)
 
 
 def _on_sighup(controller: Controller) -> None:
@@ -209,6 +227,9 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     reconciling = None
     if settings.reconcile_period > 0:  # a no-op while the none policy is in force
         reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
+    probing = None
+    if http is not None:  # runtime_up is read only there
+        probing = supervise.start("runtime probe", lambda: _probe_runtime_every(primary, relay, RUNTIME_PROBE_PERIOD))
     exporting = None
     if settings.agent_socket != DISABLED and settings.agent_export_interval > 0:
         client = AgentClient(sockets.strip_scheme(settings.agent_socket))
@@ -222,7 +243,7 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     await stop.wait()
     sdnotify.notify("STOPPING=1")
     log.info("shutting down")
-    for task in (reconciling, exporting):
+    for task in (reconciling, exporting, probing):
         if task is not None:
             task.cancel()
     await relay.stop(STOP_GRACE_SECONDS)

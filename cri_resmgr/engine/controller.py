@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -24,7 +25,7 @@ from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, realcpuset, snapshot
+from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
@@ -97,6 +98,7 @@ class EngineStats:
     updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
     resizes: int = 0  # in-place resizes the policy re-decided
     resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
+    reload: snapshot.ReloadStats = snapshot.ReloadStats()  # the last configuration tried, and the last success
 
 
 
@@ -153,6 +155,7 @@ class Controller:
         self._alloc_lock = asyncio.Lock()
         self._policy_key: _PolicyKey | None = None
         self._reconciled = ReconcileStats()
+        self._reload = snapshot.ReloadStats()
         files = host_files if host_files is not None else HostRoot(settings.host_root)
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
@@ -180,7 +183,7 @@ class Controller:
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
                            updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
-                           resizes=m.resizes, resizes_refused=m.resizes_refused)
+                           resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -199,7 +202,21 @@ class Controller:
             self._topology_summary = snapshot.summarise(topo)
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              resmgr.cache if resmgr is not None else None, self._topology_summary,
-                             self._config, self._settings.dry_run, classes=self._classes.of)
+                             self._config, self._settings.dry_run, classes=self._classes.of,
+                             reload=self._reload)
+
+    async def current_state(self) -> snapshot.EngineState:
+        """`state()`, and under the none policy (no cache) the runtime's running containers
+        with their real cpusets, marked not managed (engine/unmanaged.py). On the event loop."""
+        state = self.state()
+        if self._resmgr is not None or self._runtime is None or self._config is None:
+            return state
+        try:
+            seen = await unmanaged.observe(self._runtime, self._cgroups)
+        except Exception as e:  # the runtime away: /state without them, /readyz says why
+            log.debug("cannot list the runtime's containers for /state: %s", _one_line(e))
+            return state
+        return replace(state, containers=seen)
 
     def container_classes(self, container_id: str) -> tuple[str | None, str | None]:
         """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
@@ -286,6 +303,7 @@ class Controller:
                 await self.apply(sources.without_agent(self._settings, self._registry.names(), self._fallback))
         except ConfigError as e:
             log.error("rejected configuration from %s: %s", source, e, extra=UNTHROTTLED)
+            self._reloaded(source, str(e))
             return str(e)
         sources.remember_agent_config(self._settings, modules)
         return None
@@ -303,10 +321,22 @@ class Controller:
             log.info("SIGHUP: reloaded %s", path)
         except ConfigError as e:
             log.error("SIGHUP: keeping the current configuration: %s", e, extra=UNTHROTTLED)
+            self._reloaded(path, str(e))
 
     async def apply(self, config: Config) -> None:
         async with self._apply_lock:
-            await self._apply(config)
+            try:
+                await self._apply(config)
+            except ConfigError as e:
+                self._reloaded(config.source, str(e))
+                raise
+            self._reloaded(config.source)
+
+    def _reloaded(self, source: str, error: str = "") -> None:
+        """Records the outcome of a configuration (metrics, /state): refused with `error`, else in force."""
+        now = time.time()
+        self._reload = snapshot.ReloadStats(ok=not error, at=now, source=source, error=error,
+                                   last_success_at=self._reload.last_success_at if error else now)
 
     async def _apply(self, config: Config) -> None:
         info = self._registry.lookup(config.policy.active or self._settings.policy)
