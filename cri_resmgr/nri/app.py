@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from cri_resmgr import __version__, health, metrics, statelock
+from cri_resmgr import __version__, health, metrics, statelock, supervise
 from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
@@ -263,7 +263,7 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
             return 1
     reconciling = None
     if settings.reconcile_period > 0:
-        reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
+        reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
     shutdown = asyncio.ensure_future(_stop_on_shutdown(hooks.shutdown, plugin, stop, nri.handed_fd is not None))
     code = await plugin.run(stop)
     log.info("shutting down")

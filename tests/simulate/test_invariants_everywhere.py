@@ -17,6 +17,7 @@ from cri_resmgr.simulate.recording import Event
 from cri_resmgr.simulate.shape import topology_of
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.topology.cpuset import CPUSet
+from tests.harness.realsysfs import TREES, unpack
 from tests.harness.sysfs_classes import CLASSES, write_machine
 from tests.topology.shapes import SHAPES
 
@@ -51,6 +52,54 @@ def test_policy_holds_the_invariants_on_machine(machines, policy, machine):
     assert out.checker.count == 0, out.checker.violations[:5]
     assert out.policy_errors == 0
     assert out.checker.full_passes >= 2
+
+
+REAL = [tree.rsplit("/", 1)[1] for trees in TREES.values() for tree in trees]
+
+
+@pytest.fixture(scope="module")
+def real_machines(tmp_path_factory) -> dict[str, Topology]:
+    out: dict[str, Topology] = {}
+    for archive, trees in TREES.items():
+        root = unpack(archive, tmp_path_factory.mktemp(archive.split(".")[0]))
+        if root is None:
+            pytest.skip("the real-machine sysfs dumps are not here (tests/harness/realsysfs.py)")
+        for tree in trees:
+            out[tree.rsplit("/", 1)[1]] = discover(root / tree)
+    return out
+
+
+@pytest.mark.parametrize("machine", REAL)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_policy_holds_the_invariants_on_real_machine(real_machines, policy, machine):
+    topo = real_machines[machine]
+    out = simulate(churn_calls(30, seed=7, target=len(topo.online) // 2), topo,
+                   Config(PolicyConfig(reserved_cpu=2)), policy, default_registry(), keep_steps=False,
+                   check_every=10)
+    assert out.checker.count == 0, out.checker.violations[:5]
+    assert out.policy_errors == 0
+
+
+def test_topology_aware_whole_cores_and_local_memory_on_the_real_snc_xeon(real_machines):
+    # 2 sockets x 20 cores x 2 threads, 4 NUMA nodes of 20 CPUs, sibling of CPU N is N+40.
+    # Shared containers ask 8 CPUs in each node, then 8-CPU Guaranteed ones come. Before:
+    # each node kept its 8 highest ids for the shared ones (one thread of 8 cores), so the
+    # exclusive CPUs split cores while whole ones were kept back.
+    from cri_resmgr.simulate.pods import parse_pods, pod_calls
+    topo = real_machines["2-socket-4-node-40-core"]
+    pods = "".join(f"- name: burst{i}\n  containers: [{{name: c, resources: {{requests: {{cpu: 8}}, "
+                   f"limits: {{cpu: 10, memory: 1G}}}}}}]\n" for i in range(4))
+    pods += "".join(f"- name: g{i}\n  containers: [{{name: c, resources: {{limits: {{cpu: 8, memory: 1G}}}}}}]\n"
+                    for i in range(2))
+    out = simulate(pod_calls(parse_pods(pods, "pods.yaml")), topo, Config(PolicyConfig()),
+                   "topology-aware", default_registry())
+    assert out.warnings == [] and out.checker.count == 0, out.checker.violations
+    held = [(out.policy.resources(k), a.exclusive) for k, a in out.policy.assignments().items() if a.exclusive]
+    assert len(held) == 2
+    for res, exclusive in held:
+        assert all(topo.siblings(c) <= exclusive for c in exclusive), exclusive
+        nodes = {topo.node_of(c) for c in exclusive}
+        assert len(nodes) == 1 and res.cpuset_mems == str(min(nodes)), (exclusive, res)
 
 
 # -- the invariants themselves, against a policy that breaks each -------------------------
