@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import short
 from cri_resmgr.classes import blockio, cgroups, rdtplan
 from cri_resmgr.classes.hostfs import HostFiles
 from cri_resmgr.classes.rdt import ResctrlWriter
@@ -233,7 +234,7 @@ class ClassControl:
         for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
             if choice.unknown is not None and self._warn_once(
                     f"unknown:{c.key}:{kind}:{choice.unknown}",
-                    f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
+                    f"{w}: {kind} class {short(choice.unknown)} is not in the configuration (classes: "
                     f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
                 self._unknown += 1
                 self._counted()
