@@ -185,6 +185,8 @@ def _run(values: flags.Values) -> int:
         if values[PRINT_CONFIG]:
             print(printconfig.render(settings, config, registry))
             return 0
+        # Before the runtime is waited for: a configuration that cannot work here exits 2 now.
+        printconfig.check(settings, config, registry)
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
     debug = logsetup.setup(settings.logger_debug)

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Collection
 
+from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*)(?:\s*[= ]\s*(?P<value>.*))?$")
@@ -42,7 +43,7 @@ def read_option_file(path: str, known: Collection[str] | None = None,
             continue
         m = _LINE.match(line)
         if m is None:
-            raise OptionFileError(f"{path}:{number}: cannot parse {raw.strip()!r} (expected 'name value')")
+            raise OptionFileError(f"{path}:{number}: cannot parse {short(raw.strip())} (expected 'name value')")
         if m["name"] == "config":
             raise OptionFileError(f"{path}:{number}: an option file cannot include another (config)")
         if known is not None and m["name"] not in known:

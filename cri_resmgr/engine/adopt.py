@@ -135,7 +135,7 @@ async def _new_container(upstream: RuntimeCalls, c: pb.Container, pod: PodRecord
                                  pb.ContainerStatusResponse)
     res = resources_from_info(dict(status.info))
     key = f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}"
-    w = classify.workload(
+    w = classify.workload_or_plain(
         key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
         cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
         container_annotations=dict(c.annotations),

@@ -104,6 +104,7 @@ def _run(values: flags.Values) -> int:
         if values[relay_cli.PRINT_CONFIG]:
             print(printconfig.render(settings, config, registry))
             return 0
+        printconfig.check(settings, config, registry)  # a bad value exits 2 before the runtime is met
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
     debug = logsetup.setup(settings.logger_debug)

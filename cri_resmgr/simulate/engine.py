@@ -113,11 +113,9 @@ def simulate(calls: Sequence[Call], topology: Topology, config: Config, policy_n
     policy = RecordingPolicy(inner)
     cache = Cache(None)
     options = Options(fail_closed=config.policy.fail_closed, reserved_namespaces=config.policy.reserved_namespaces)
-    # Not yet for balloons: a balloon's containers share its CPUs by design, and a Guaranteed
-    # container of a dedicated type put "best-effort" into another's balloon is issue 24
-    # fault 9, which the balloons work turns this on with.
-    checker = Checker(topology, context.available, inner, cache, reserved=context.reserved,
-                      isolation=info.name != "balloons")
+    # (balloons: a balloon's containers share its CPUs by design; the policy's
+    # expects_isolation says which Guaranteed ones are dedicated and must not.)
+    checker = Checker(topology, context.available, inner, cache, reserved=context.reserved)
     capture = _Capture()
     engine_log = logging.getLogger("cri_resmgr")
     old_level, old_propagate = engine_log.level, engine_log.propagate

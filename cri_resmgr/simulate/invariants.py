@@ -191,6 +191,9 @@ class Checker:
         whole, fraction = divmod(w.cpu_request, 1000)
         if w.qos is not QoS.GUARANTEED or not whole or fraction or w.prefer_shared:
             return None
+        expects = getattr(self.policy, "expects_isolation", None)
+        if expects is not None and not expects(w):
+            return None
         if self.reserved and (w.system or w.prefer_reserved):
             return None
         if len(exclusive) >= whole:
@@ -198,7 +201,9 @@ class Checker:
         isolated = sum(r for k, r in self._requests.items() if self._wants_isolation(k))
         shared = sum(self._requests.values()) - isolated
         capacity = 1000 * len(self.available - self.reserved - self.topology.isolated)
-        need = isolated + 1000 * max(1, -(-shared // 1000))
+        # The shared containers need a CPU of their own only where no reserved CPU is there
+        # for them (kubelet's shared pool keeps the reserved CPUs).
+        need = isolated + 1000 * max(0 if self.reserved else 1, -(-shared // 1000))
         if need > capacity:
             return None
         return (f"a Guaranteed container of {whole} CPUs holds {len(exclusive)} exclusive CPUs although the "
@@ -209,6 +214,9 @@ class Checker:
         if c is None:
             return False
         w = c.workload
+        expects = getattr(self.policy, "expects_isolation", None)
+        if expects is not None:  # a policy whose containers share CPUs by design says which do not
+            return bool(expects(w))
         return (w.qos is QoS.GUARANTEED and w.cpu_request >= 1000 and not w.cpu_request % 1000
                 and not w.prefer_shared and not (self.reserved and (w.system or w.prefer_reserved)))
 

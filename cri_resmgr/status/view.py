@@ -139,9 +139,19 @@ def _pool_table(table: Sequence[Mapping[str, Any]]) -> tuple[PoolRow, ...]:
     if not any(p.get("kind") for p in table):
         return ()  # the simple policies' pools are all in the Pools line already
     return tuple(PoolRow(name=p["name"], kind=p.get("kind") or "-", parent=p.get("parent") or "-",
-                         cpus=p.get("cpus") or "-", runs_on=p.get("shared_cpus") or "-", mems=p.get("mems") or "-",
+                         cpus=p.get("cpus") or "-", runs_on=_runs_on(p), mems=p.get("mems") or "-",
                          containers=int(p.get("containers", 0)), requested=_milli(int(p.get("requested_milli", 0))))
                  for p in table)
+
+
+def _runs_on(p: Mapping[str, Any]) -> str:
+    """What a pool's containers run on: its shared CPUs; a pool with no parent (a balloon)
+    whose CPUs are its one container's own gives them as exclusive, lent ones as shared."""
+    shared = p.get("shared_cpus") or ""
+    exclusive = p.get("exclusive_cpus") or ""
+    if exclusive and not p.get("parent"):
+        return str(CPUSet.parse(exclusive) | CPUSet.parse(shared)) or "-"
+    return shared or "-"
 
 
 def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet],

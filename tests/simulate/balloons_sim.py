@@ -38,6 +38,7 @@ def run(config: str, pods: str, machine: str | Topology) -> tuple[Outcome, dict[
     topo = topology_of(machine) if isinstance(machine, str) else machine
     o = simulate(pod_calls(parse_pods(textwrap.dedent(pods), "pods.yaml")), topo, cfg, "balloons", registry)
     assert o.policy_errors == 0, o.messages
+    assert o.checker.count == 0, o.checker.violations  # the simulator's invariants, isolation included
     where: dict[str, Placed] = {}
     for c in o.cache:
         if c.released:

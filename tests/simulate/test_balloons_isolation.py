@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from balloons_sim import run
 
+from cri_resmgr.config import parse_document
 from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.balloons import BalloonsPolicy
+from cri_resmgr.policy.balloons import policy as balloons_policy
 from cri_resmgr.policy.context import build_context
+from cri_resmgr.policy.registry import default_registry
+from cri_resmgr.simulate.engine import simulate
+from cri_resmgr.simulate.pods import parse_pods, pod_calls
 from cri_resmgr.simulate.shape import topology_of
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -97,3 +102,27 @@ def test_the_moved_cpus_come_back_when_the_guaranteed_pod_goes():
     p.allocate(wl("g3", 3000, qos=QoS.GUARANTEED))
     d = p.allocate(wl("frac", 1500, qos=QoS.GUARANTEED))
     assert "moved CPUs" not in (d.warning or "") and "placed best-effort" in (d.warning or "")
+
+
+def test_the_simulators_isolation_check_holds_balloons_to_it(monkeypatch):
+    """The invariant is on for balloons: with the CPUs not moved (the fault), it says so."""
+
+    monkeypatch.setattr(balloons_policy, "reclaim", lambda book, units, keep=None: (set(), []))
+    text = pod("be", None) + pod("g1", "2") + pod("g2", "2") + pod("g3", "3")
+    registry = default_registry()
+    o = simulate(pod_calls(parse_pods(text, "p.yaml")), topology_of(SHAPE),
+                 parse_document(CONFIG, "c.yaml", registry.names()), "balloons", registry)
+    assert o.checker.count >= 1
+    assert any("default/g3:c" in v and "although the requests fit" in v for v in o.checker.violations), \
+        o.checker.violations
+
+
+def test_a_dedicated_containers_pod_mates_get_balloons_of_their_own():
+    text = ("- {name: two, containers: [{name: a, resources: {limits: {cpu: 2, memory: 64Mi}}}, "
+            "{name: b, resources: {limits: {cpu: 2, memory: 64Mi}}}, {name: s, resources: {limits: "
+            "{cpu: 500m, memory: 64Mi}}}]}\n")
+    _, at = run(CONFIG, text, SHAPE)
+    assert at["two:a"].balloon != at["two:b"].balloon and at["two:a"].cpus.isdisjoint(at["two:b"].cpus)
+    # the fractional one is not dedicated: packed with its pod as the references do
+    assert at["two:s"].balloon in (at["two:a"].balloon, at["two:b"].balloon) or \
+        at["two:s"].balloon.startswith("dedicated")

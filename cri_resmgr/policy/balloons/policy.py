@@ -20,7 +20,7 @@ from cri_resmgr.policy.balloons.book import Book
 from cri_resmgr.policy.balloons.isolation import dedicated, dedicated_balloon, reclaim
 from cri_resmgr.policy.balloons.restore import restore
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
-from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, parse_config
+from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import checked_cpus
 from cri_resmgr.policy.resize import by_replacing
@@ -59,6 +59,7 @@ class BalloonsPolicy:
         """MinBalloons x MinCPUs of all types must fit in the CPUs balloons are made of."""
         book = self._book
         threads = self._topology.threads_per_core()
+        check_node(self._config, len(book.assignable), len(self._topology.online), threads)
         need = sum(t.min_balloons * t.min_cpus * (threads if t.hide_hyperthreads else 1)
                    for t in self._config.types if t.name != RESERVED)
         if need > len(book.assignable):
@@ -131,8 +132,8 @@ class BalloonsPolicy:
             growth = max(need - book.size(b), 0)
             if (t.max_cpus is None or need <= t.max_cpus) and growth <= free and namespace_ok(t, b, w):
                 fitting.append((preference(t, b, w, growth, book.size(b), free), b))
-        if not t.spread_pods:
-            same_pod = [item for item in fitting if item[1].has_pod(w)]
+        if not t.spread_pods and not dedicated(t, w):  # (a dedicated container's CPUs are its own)
+            same_pod = [item for item in fitting if item[1].has_pod(w) and not dedicated_balloon(item[1])]
             if same_pod:
                 return min(same_pod, key=lambda item: item[0])[1], False
         first = max(cpus_for_request(w.cpu_request, 1), t.min_cpus)
@@ -244,18 +245,37 @@ class BalloonsPolicy:
     def usage(self) -> PolicyUsage:
         book = self._book
         pools = []
+        exclusive: dict[str, CPUSet] = {}
         for b in book.balloons.values():
             res = b.resources
+            runs_on = res.cpuset_cpus if res else CPUSet()
+            own = self._exclusive(b)
+            if own:
+                exclusive.update(dict.fromkeys(b.members, own))
             pools.append(PoolUsage(
-                name=b.name, cpus=b.cpus, exclusive=CPUSet(), shared=res.cpuset_cpus if res else CPUSet(),
+                name=b.name, cpus=b.cpus, exclusive=own, shared=runs_on - own,
                 kind=b.type.name, mems=(res.cpuset_mems or "") if res else "",
                 containers=tuple(b.members), requested_milli=b.requested))
         members = {b.name: len(b.members) for b in book.balloons.values()}
-        return PolicyUsage(tuple(pools), book.free, {}, members)
+        return PolicyUsage(tuple(pools), book.free, exclusive, members)
+
+    def expects_isolation(self, w: Workload) -> bool:
+        """Whether `w` is a dedicated container (isolation.py): for the simulator's check
+        that Guaranteed containers do not share CPUs when the requests fit; the others
+        share their balloon's CPUs by design."""
+        t, _ = type_for(self._config, w, bool(self._book.reserved))
+        return dedicated(t, w)
+
+    def _exclusive(self, b: Balloon) -> CPUSet:
+        """A dedicated container alone in its balloon holds the balloon's CPUs exclusively
+        (the lent idle CPUs it may also run on are not its own)."""
+        if len(b.members) == 1 and dedicated_balloon(b):
+            return b.cpus
+        return CPUSet()
 
 
     def _assignment(self, b: Balloon) -> Assignment:
         details: dict[str, object] = {"balloon": b.name, "type": b.type.name, "cpus": str(b.cpus)}
         if self._book.short(b):
             details["short"] = True  # placed best-effort: not enough CPUs for its requests
-        return Assignment(pool=b.name, details=details)
+        return Assignment(pool=b.name, exclusive=self._exclusive(b), details=details)
