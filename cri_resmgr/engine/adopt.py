@@ -86,8 +86,9 @@ async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple
     if not complete:
         log.info("the runtime's listing is partial: %d saved containers kept as saved until the runtime "
                  "names them", sum(1 for r in cache if r.id not in seen))
-    log.info("discovered %(pods)d pods; containers: %(kept)d restored, %(added)d new, "
-             "%(vanished)d gone since the last run", counts)
+    log.info("discovered %d pod%s; containers: %d known from the saved state, %d adopted (new to the relay), "
+             "%d gone since the last run", counts["pods"], "" if counts["pods"] == 1 else "s", kept, added,
+             len(vanished))
     return counts
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
 
@@ -218,7 +218,7 @@ class ClassControl:
             if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
                 log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
             return None
-        where = where_from_info(dict(status.info))
+        where = replace(where_from_info(dict(status.info)), container_id=c.id)
         if where.pid <= 0 and not where.cgroups_path:
             self._warn_once("where", f"the runtime at {self._runtime.path} tells neither PID nor cgroupsPath "
                             "in ContainerStatus' info: block I/O and RDT classes cannot be enforced")
