@@ -10,7 +10,7 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock
+from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock, supervise
 from cri_resmgr.agent_client import AgentClient
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
@@ -74,8 +74,9 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
 
 
 async def _reconcile_every(controller: Controller, period: float) -> None:
-    """The periodic reconcile; a failure is logged once until a reconcile works again
-    (the runtime being away is the transport's to report)."""
+    """The periodic reconcile; a failure to reach the runtime is logged once until a
+    reconcile works again (the runtime being away is the transport's to report).
+    Anything else ends the task, for its supervisor to log and restart."""
     failing = False
     while True:
         await asyncio.sleep(period)
@@ -222,17 +223,19 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     if http is not None:
         health.attach(http, metrics.registry(controller, relay), health.on_loop(controller, loop),
                       endpoint.on_loop(controller, loop))
+    # Supervised (supervise.py): an error nobody expected is logged and the task restarted.
     reconciling = None
     if settings.reconcile_period > 0:  # a no-op while the none policy is in force
-        reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
+        reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
     probing = None
     if http is not None:  # runtime_up is read only there
-        probing = asyncio.ensure_future(_probe_runtime_every(primary, relay, RUNTIME_PROBE_PERIOD))
+        probing = supervise.start("runtime probe", lambda: _probe_runtime_every(primary, relay, RUNTIME_PROBE_PERIOD))
     exporting = None
     if settings.agent_socket != DISABLED and settings.agent_export_interval > 0:
         client = AgentClient(sockets.strip_scheme(settings.agent_socket))
-        exporting = asyncio.ensure_future(nodeexport.NodeExport(
-            client, lambda: controller.policy_name, controller.usage, settings.agent_export_interval).run())
+        export = nodeexport.NodeExport(client, lambda: controller.policy_name, controller.usage,
+                                       settings.agent_export_interval)
+        exporting = supervise.start("node export", export.run)
     log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
              f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")
     # Type=notify: systemd starts kubelet (Before=kubelet.service) only now that the relay serves.

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import short
 from cri_resmgr.classes import blockio, cgroups, rdtplan
 from cri_resmgr.classes.hostfs import HostFiles
 from cri_resmgr.classes.rdt import ResctrlWriter
@@ -217,7 +218,7 @@ class ClassControl:
             if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
                 log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
             return None
-        where = where_from_info(dict(status.info))
+        where = replace(where_from_info(dict(status.info)), container_id=c.id)
         if where.pid <= 0 and not where.cgroups_path:
             self._warn_once("where", f"the runtime at {self._runtime.path} tells neither PID nor cgroupsPath "
                             "in ContainerStatus' info: block I/O and RDT classes cannot be enforced")
@@ -233,7 +234,7 @@ class ClassControl:
         for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
             if choice.unknown is not None and self._warn_once(
                     f"unknown:{c.key}:{kind}:{choice.unknown}",
-                    f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
+                    f"{w}: {kind} class {short(choice.unknown)} is not in the configuration (classes: "
                     f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
                 self._unknown += 1
                 self._counted()

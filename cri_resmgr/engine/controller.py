@@ -21,6 +21,7 @@ from typing import Protocol
 import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
@@ -31,13 +32,15 @@ from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeCalls
 from cri_resmgr.engine.usage import NodeUsage, node_usage
-from cri_resmgr.policy.api import Assignment, Policy, PolicyError
+from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
 
 log = logging.getLogger(__name__)
+# An answer to what an operator did: never rate-limited (logsetup.Throttle).
+UNTHROTTLED = {"unthrottled": True}
 
 
 class Feed(Protocol):
@@ -229,9 +232,10 @@ class Controller:
         if self._topology is None:
             t = self._topology = discover(self._settings.host_root)
             nodes = ", ".join(f"{n} ({t.node_cpus(n) or 'memory only'})" for n in t.node_ids())
-            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; packages %d",
+            packages = len(t.package_ids())
+            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; %d package%s",
                      t.online, len(t.online), t.isolated or "none", t.offline or "none", nodes,
-                     len(t.package_ids()))
+                     packages, "" if packages == 1 else "s")
         return self._topology
 
     def reopen_dump(self) -> None:
@@ -295,11 +299,11 @@ class Controller:
                     "agent configuration ignored")
         try:
             if modules:
-                await self.apply(parse_modules(modules, source, self._registry.names()))
+                await self.apply(await asyncio.to_thread(parse_modules, modules, source, self._registry.names()))
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
                 await self.apply(sources.without_agent(self._settings, self._registry.names(), self._fallback))
         except ConfigError as e:
-            log.error("rejected configuration from %s: %s", source, e)
+            log.error("rejected configuration from %s: %s", source, e, extra=UNTHROTTLED)
             self._reloaded(source, str(e))
             return str(e)
         sources.remember_agent_config(self._settings, modules)
@@ -312,10 +316,12 @@ class Controller:
             log.info("SIGHUP: no -force-config file to reload")
             return
         try:
-            await self.apply(parse_document(sources.read_config_file(path), path, self._registry.names()))
+            config = await asyncio.to_thread(
+                lambda: parse_document(sources.read_config_file(path), path, self._registry.names()))
+            await self.apply(config)
             log.info("SIGHUP: reloaded %s", path)
         except ConfigError as e:
-            log.error("SIGHUP: keeping the current configuration: %s", e)
+            log.error("SIGHUP: keeping the current configuration: %s", e, extra=UNTHROTTLED)
             self._reloaded(path, str(e))
 
     async def apply(self, config: Config) -> None:
@@ -342,7 +348,9 @@ class Controller:
             log.warning("%s: block I/O and RDT classes are not enforced under the %s policy, which relays every "
                         "call unchanged: choose a policy (policy.Active) to have them", config.source, info.name)
         key = _policy_key(info.name, config)
-        policy = self._build_policy(info, config) if key != self._policy_key else None
+        # Off the event loop: checking a configuration never holds up the calls being
+        # relayed (and every count in it is bounded by the node, so the check is short).
+        policy = await asyncio.to_thread(self._checked_policy, info, config, key != self._policy_key)
         new_dumper = self._build_dumper(config)
         if key != self._policy_key:
             try:
@@ -366,9 +374,13 @@ class Controller:
             raise ConfigError(f"{config.source}: policy.Active: switching from {self._policy_name} to "
                               f"{name} is disabled (-disable-policy-switch)")
 
-    def _build_policy(self, info: PolicyInfo, config: Config) -> Policy | None:
-        """The policy the configuration asks for; None for one that decides nothing."""
-        return build_policy(info, config, self.topology)
+    def _checked_policy(self, info: PolicyInfo, config: Config, build: bool) -> Policy | None:
+        """The policy the configuration asks for when `build` (None for one that decides
+        nothing, or when not `build`), after every other policy section it gives is
+        checked on this node too (`check_sections`)."""
+        policy = build_policy(info, config, self.topology) if build else None
+        check_sections(self._registry, config, info.name, self.topology)
+        return policy
 
     def _build_dumper(self, config: Config) -> Dumper | None:
         """The dumper the configuration asks for: the one in force when its dump settings are unchanged."""
@@ -415,13 +427,24 @@ class Controller:
             # leaves the old manager in force, saves and all.
             try:
                 resmgr.restore(saved, live=old is not None)
-            except PolicyError as e:
+            except Exception as e:
                 if old is not None:
                     raise
                 # At start-up policies place best-effort; one that still refuses (a state
-                # it cannot read back) gets every container anew: the relay must serve.
-                log.error("cannot restore the saved allocations (%s): placing every container anew", e)
-                resmgr.restore(None)
+                # it cannot read back, a pod it trips over) gets every container anew,
+                # and failing that, every container by its CRI resources alone: the
+                # relay must serve, whatever pods the node runs.
+                log.error("cannot restore the saved allocations (%s: %s): placing every container anew",
+                          type(e).__name__, clip(str(e), 200))
+                try:
+                    resmgr.restore(None)
+                except Exception as again:
+                    log.error("cannot place the containers as they are (%s: %s): placing them by their "
+                              "CRI resources, without their annotations", type(again).__name__,
+                              clip(str(again), 200))
+                    for c in cache:
+                        c.workload = replace(c.workload, pod_annotations={}, container_annotations={})
+                    resmgr.restore(None)
             if old is not None:
                 old.retire()
             self._resmgr = resmgr
@@ -475,9 +498,11 @@ class Controller:
             self._dumper = None
 
 
-def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topology]) -> Policy | None:
+def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topology],
+                 quiet: bool = False) -> Policy | None:
     """The policy `config` asks for on this hardware (None for one that decides nothing);
-    raises ConfigError naming what is wrong. `-print-config` checks a configuration with it."""
+    raises ConfigError naming what is wrong. `-print-config` checks a configuration with it.
+    `quiet`: only checked (a section of a policy not in force), not logged."""
     if info.factory is None:
         return None
     try:
@@ -489,9 +514,22 @@ def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topolo
         raise ConfigError(f"{config.source}: {e}") from None
     # Anything else (a TypeError above all) is a bug in the policy and propagates
     # as one, rather than being reported as a rejected configuration.
-    log.info("policy %s (configuration from %s): available CPUs %s, reserved %s",
-             info.name, config.source, context.available, context.reserved or "none")
+    if not quiet:
+        log.info("policy %s (configuration from %s): available CPUs %s, reserved %s",
+                 info.name, config.source, context.available, context.reserved or "none")
     return policy
+
+
+def check_sections(registry: Registry, config: Config, active: str, topology: Callable[[], Topology]) -> None:
+    """Builds, on this node, the policy of every section the configuration gives but
+    the active one (built anyway): a mistake in a policy not in force (an unknown
+    key, MinCPUs past the node's CPUs) is refused now, naming the key, rather than
+    found when that policy is switched to, maybe at a restart. ConfigError if not."""
+    for name in sorted(config.policy.sections):
+        info = registry.lookup(name)
+        if info.name == active or info.factory is None:
+            continue
+        build_policy(info, config, topology, quiet=True)
 
 
 def _one_line(e: Exception) -> str:

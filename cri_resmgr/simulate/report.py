@@ -87,7 +87,8 @@ def render_text(o: Outcome, workload: str, brief: bool = False, colour: bool = F
     lines.append(f"Timing: {d['n']} decisions" + (f", the policy's p50 {d['p50_us']} us, p99 {d['p99_us']} us, max "
                                                    f"{d['max_us']} us" if d["n"] else "")
                  + (f"; the engine per call p50 {c['p50_us']} us, p99 {c['p99_us']} us" if c["n"] else "")
-                 + f"; {o.updates} updates to other containers; {t['wall_s']} s for {o.calls} calls")
+                 + f"; {o.updates} update{'' if o.updates == 1 else 's'} to other containers; "
+                 f"{t['wall_s']} s for {o.calls} calls")
     return "\n".join(lines) + "\n"
 
 

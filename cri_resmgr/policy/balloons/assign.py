@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Resources, Workload
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, BalloonsConfig, BalloonType
 from cri_resmgr.topology.cpuset import CPUSet
@@ -78,7 +79,7 @@ def type_for(config: BalloonsConfig, w: Workload, has_reserved: bool) -> tuple[B
         t = config.type(wanted.strip())
         if t is not None and (t.name != RESERVED or has_reserved):
             return t, None
-        warning = (f"annotation {ANNOTATION} of {w} ({w.key}): no balloon type {wanted!r} "
+        warning = (f"annotation {ANNOTATION} of {w} ({w.key}): no balloon type {short(wanted)} "
                    f"(known: {', '.join(x.name for x in config.types)}); placed by namespace")
     reserved = config.reserved
     if has_reserved and (w.system or w.prefer_reserved

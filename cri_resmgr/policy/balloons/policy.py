@@ -20,7 +20,7 @@ from cri_resmgr.policy.balloons.book import Book
 from cri_resmgr.policy.balloons.isolation import dedicated, dedicated_balloon, reclaim
 from cri_resmgr.policy.balloons.restore import restore
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
-from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, parse_config
+from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import checked_cpus
 from cri_resmgr.policy.resize import by_replacing
@@ -59,6 +59,7 @@ class BalloonsPolicy:
         """MinBalloons x MinCPUs of all types must fit in the CPUs balloons are made of."""
         book = self._book
         threads = self._topology.threads_per_core()
+        check_node(self._config, len(book.assignable), len(self._topology.online), threads)
         need = sum(t.min_balloons * t.min_cpus * (threads if t.hide_hyperthreads else 1)
                    for t in self._config.types if t.name != RESERVED)
         if need > len(book.assignable):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
@@ -42,7 +43,7 @@ from cri_resmgr.topology.model import Level
 
 __all__ = [
     "BalloonType", "BalloonsConfig", "parse_config", "canonical_keys", "RESERVED", "DEFAULT", "SECTION",
-    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS",
+    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS", "check_node",
 ]
 
 SECTION = "policy.balloons"
@@ -152,7 +153,7 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
     if raw is None:
         raw = []
     if not isinstance(raw, Sequence) or isinstance(raw, str):
-        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {raw!r}")
+        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {short(raw)}")
     parsed: dict[str, BalloonType] = {}
     for i, entry in enumerate(raw):
         where = f"{section}.BalloonTypes[{i}]"
@@ -162,7 +163,7 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
                 entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
         t = parse_type(entry, where, pin, i, defaults)
         if t.name in parsed:
-            raise ConfigValueError(f"{where}.Name: balloon type {t.name!r} is defined twice")
+            raise ConfigValueError(f"{where}.Name: balloon type {short(t.name)} is defined twice")
         parsed[t.name] = t
     count = len(parsed)
     reserved = parsed.pop(RESERVED, None) or BalloonType(RESERVED, pin_memory=pin)
@@ -186,9 +187,9 @@ def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, w
     for key, value in entry.items():
         name = by_lower.get(str(key).lower())
         if name is None:
-            raise ConfigValueError(f"{where}.{key}: unknown {what} (known: {', '.join(known)})")
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: unknown {what} (known: {', '.join(known)})")
         if name in out:
-            raise ConfigValueError(f"{where}.{key}: given twice (as {name} too)")
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: given twice (as {name} too)")
         out[name] = value
     return out
 
@@ -196,14 +197,14 @@ def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, w
 def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
                defaults: Mapping[str, bool] | None = None) -> BalloonType:
     if not isinstance(entry, Mapping):
-        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {entry!r}")
+        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {short(entry)}")
     entry = canonical_keys(entry, TYPE_OPTIONS, where, "balloon type option")
     defaults = defaults or {}
     name = entry.get("Name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigValueError(f"{where}.Name: missing (every balloon type needs a name)")
     if any(ch in name for ch in "[]/ ") or name != name.strip():
-        raise ConfigValueError(f"{where}.Name: {name!r} may not contain spaces, '/', '[' or ']'")
+        raise ConfigValueError(f"{where}.Name: {short(name)} may not contain spaces, '/', '[' or ']'")
     if name == RESERVED:
         fixed = [k for k in _RESERVED_FIXED if k in entry]
         if fixed:
@@ -227,17 +228,17 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
     else:
         priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
     if priority is None:
-        raise ConfigValueError(f"{where}.AllocatorPriority: {priority_raw!r} is not one of "
+        raise ConfigValueError(f"{where}.AllocatorPriority: {short(priority_raw)} is not one of "
                                "performance (high, 0), efficiency (low, 2), none (normal, 1, 3)")
     share = entry.get("ShareIdleCPUsInSame")
     if share is not None:
         if not isinstance(share, str) or share.strip().lower() not in SHARE_LEVELS:
-            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {share!r} is not one of "
+            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {short(share)} is not one of "
                                    f"{', '.join(SHARE_LEVELS)}")
         share = share.strip().lower()
     cpu_class = entry.get("CpuClass", "")
     if not isinstance(cpu_class, str):
-        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {cpu_class!r}")
+        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {short(cpu_class)}")
     section = where.removeprefix("policy.")
     return BalloonType(
         name=name,
@@ -259,6 +260,26 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
     )
 
 
+def check_node(config: BalloonsConfig, assignable: int, online: int, threads: int = 1) -> None:
+    """Every count and size of every type within what this node holds: MinCPUs within
+    the CPUs balloons are made of (whole cores with HideHyperthreads), and MinBalloons
+    at most one balloon per such CPU (a million empty balloons is no configuration,
+    and would take the relay minutes to build). ConfigValueError names the key and
+    the node's numbers."""
+    node = f"this node has {online} CPUs online, {assignable} of them available to balloons"
+    for t in config.types:
+        if t.name == RESERVED or not t.configured:
+            continue
+        where = f"{SECTION}.BalloonTypes[{t.order if t.name != DEFAULT else 'Name=default'}]"
+        per_cpu = threads if t.hide_hyperthreads else 1
+        if t.min_cpus * per_cpu > assignable:
+            hidden = f" ({t.min_cpus * per_cpu} with HideHyperthreads)" if per_cpu > 1 else ""
+            raise ConfigValueError(f"{where}.MinCPUs: {t.min_cpus} CPUs{hidden} per balloon cannot be "
+                                   f"given: {node}")
+        if t.min_balloons > assignable:
+            raise ConfigValueError(f"{where}.MinBalloons: {t.min_balloons} balloons cannot be made: {node}")
+
+
 def _fixed_reserved(t: BalloonType) -> BalloonType:
     return replace(t, min_balloons=1, max_balloons=1, order=-1)
 
@@ -274,11 +295,11 @@ def _reordered(t: BalloonType, last: int) -> BalloonType:
 
 
 def _count(entry: Mapping[str, Any], key: str, where: str, default: int | None) -> Any:
-    value = entry.get(key, default)
-    if value is None:
-        return None
+    value = entry.get(key)
+    if value is None:  # absent, or `MinCPUs:` with no value: the default
+        return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {value!r}")
+        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {short(value)}")
     if key in ("MaxCPUs", "MaxBalloons") and value == 0:
         return None  # 0 means no limit, as in the original policy
     return value
@@ -288,5 +309,5 @@ def _globs(value: Any, key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {value!r}")
+        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {short(value)}")
     return tuple(value)
