@@ -237,9 +237,10 @@ class Controller:
         if self._topology is None:
             t = self._topology = discover(self._settings.host_root)
             nodes = ", ".join(f"{n} ({t.node_cpus(n) or 'memory only'})" for n in t.node_ids())
-            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; packages %d",
+            packages = len(t.package_ids())
+            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; %d package%s",
                      t.online, len(t.online), t.isolated or "none", t.offline or "none", nodes,
-                     len(t.package_ids()))
+                     packages, "" if packages == 1 else "s")
         return self._topology
 
     def reopen_dump(self) -> None:
