@@ -722,13 +722,14 @@ class ResourceManager:
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
         decision = self._policy.restore(items, live=live)
-        for w, _ in items:
+        for w, was in items:
             # The policy's warnings name each container with its key in parentheses.
             if decision.warning and f"({w.key})" in decision.warning:
                 self._denied(w, "not enough free CPUs when its allocation was restored")
             r = self._policy.resources(w.key)
-            if r is not None:
-                log.info("restored %s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
+            if r is not None:  # "adopted": found running with nothing saved for it (new to the relay)
+                log.info("%s %s: %s", "restored" if was is not None else "adopted", w,
+                         describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
