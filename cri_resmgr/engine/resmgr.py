@@ -20,6 +20,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
@@ -543,7 +544,8 @@ class ResourceManager:
         self._cache.settle(placed, self._policy.assignment)
         self._dirty = True
         if self._save_task is None or self._save_task.done():
-            self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
+            self._save_task = supervise.watched(
+                asyncio.get_running_loop().create_task(self._save_later(), name="state-save"), "state save")
 
     async def _save_later(self) -> None:
         while True:
@@ -722,13 +724,14 @@ class ResourceManager:
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
         decision = self._policy.restore(items, live=live)
-        for w, _ in items:
+        for w, was in items:
             # The policy's warnings name each container with its key in parentheses.
             if decision.warning and f"({w.key})" in decision.warning:
                 self._denied(w, "not enough free CPUs when its allocation was restored")
             r = self._policy.resources(w.key)
-            if r is not None:
-                log.info("restored %s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
+            if r is not None:  # "adopted": found running with nothing saved for it (new to the relay)
+                log.info("%s %s: %s", "restored" if was is not None else "adopted", w,
+                         describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force

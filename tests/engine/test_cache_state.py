@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.policy.api import Assignment, QoS, Workload
@@ -45,7 +46,10 @@ def test_corrupt_foreign_and_future_files_are_moved_aside(tmp_path, caplog):
         assert c.load() is None
         assert not (tmp_path / "state.json").exists()
         assert c.containers == {} and c.pods == {}
-    assert len(list(tmp_path.glob("state.json.bad-*"))) >= 1
+    aside = list(tmp_path.glob("state.json.bad-*"))
+    assert len(aside) >= 1
+    # Named with a readable UTC time (was seconds since the epoch): state.json.bad-20261127T141502Z
+    assert all(re.fullmatch(r"state\.json\.bad-\d{8}T\d{6}Z", p.name) for p in aside), aside
     assert "is unusable" in caplog.text and "rebuilding from the runtime" in caplog.text
 
 
