@@ -285,6 +285,17 @@ class Command:
         return "\n".join(lines)
 
 
+def emit(text: str) -> int:
+    """Prints text for a command that ends there (help): 0, or 141 if the reader went away."""
+    try:
+        print(text)
+        sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
+
+
 def _drop_stdout() -> None:
     """The reader of stdout went away (`| head`): what is still buffered goes nowhere, so that
     the interpreter's last flush at exit raises no second BrokenPipeError."""
