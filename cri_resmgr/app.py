@@ -115,7 +115,7 @@ async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: floa
 def _on_sighup(controller: Controller) -> None:
     """SIGHUP: re-read -force-config and reopen the dump file (logrotate's postrotate)."""
     controller.reopen_dump()
-    asyncio.ensure_future(controller.reload_forced())
+    supervise.watched(asyncio.ensure_future(controller.reload_forced()), "SIGHUP reload")
 
 
 def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Upstream]:

@@ -127,12 +127,11 @@ def _help_with_subcommands() -> str:
 def _help(args: list[str]) -> int:
     """`cri-resmgr help [COMMAND]`: COMMAND's -help, the relay's without one."""
     if not args:
-        print(_help_with_subcommands())
-        return 0
+        return flags.emit(_help_with_subcommands())
     if args[0] not in {name for name, _ in SUBCOMMANDS} - {"help"} or len(args) > 1:
         return COMMAND.report(flags.UsageError(
             f"help: no such command: {' '.join(args)} (commands: {', '.join(n for n, _ in SUBCOMMANDS[:-1])})"))
-    main([args[0], "-help"])
+    main([args[0], "-help"])  # exits with that command's code
     return 0
 
 
@@ -142,8 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args[:1] == ["help"]:
         sys.exit(_help(args[1:]))
     if args and args[0] in ("-h", "-help", "--help") and len(args) == 1:
-        print(_help_with_subcommands())
-        sys.exit(0)
+        sys.exit(flags.emit(_help_with_subcommands()))
     if args[:1] == ["topology"]:
         sys.exit(TOPOLOGY.run(args[1:], _topology))
     if args[:1] == ["status"]:  # what a running relay decided (cri_resmgr/status/)

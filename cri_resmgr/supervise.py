@@ -48,6 +48,24 @@ async def supervised(name: str, run: Callable[[], Coroutine[Any, Any, None]],
         pause = min(pause * 2, longest_pause)
 
 
+def watched(task: asyncio.Task[Any], name: str) -> asyncio.Task[Any]:
+    """`task`, whose failure (an exception nobody awaits it for) is logged when it ends:
+    one line naming `name` and the error, the traceback at debug level. For one-off and
+    restartable tasks that are not supervised (a SIGHUP's reload, the engine's state
+    saves, update sender and policy timer: each is started again by what needs it next)."""
+    task.add_done_callback(lambda t: _report(t, name))
+    return task
+
+
+def _report(task: asyncio.Task[Any], name: str) -> None:
+    if task.cancelled():
+        return
+    e = task.exception()
+    if e is not None:
+        log.error("background task %s failed: %s: %s", name, type(e).__name__, clip(str(e), 200))
+        log.debug("traceback of the %s task's failure", name, exc_info=e)
+
+
 def start(name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:
     """`supervised(name, run)` as a task (cancel it to stop)."""
     return asyncio.get_running_loop().create_task(supervised(name, run), name=name)

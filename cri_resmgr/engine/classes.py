@@ -30,8 +30,10 @@ from cri_resmgr.classes.rdt import ResctrlWriter
 from cri_resmgr.classes.select import KINDS, Choice, annotation_key, choose
 from cri_resmgr.config.classes import ClassConfigError
 from cri_resmgr.config.schema import Config, ConfigError
-from cri_resmgr.engine.cache import ContainerRecord
+from cri_resmgr.engine import adopt, messages
+from cri_resmgr.engine.cache import Cache, ContainerRecord
 from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.transport.contract import Interceptor, Request
 
 log = logging.getLogger(__name__)
 
@@ -322,3 +324,52 @@ def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
     linux = (data.get("runtimeSpec") or {}).get("linux") or {}
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
     return cgroups.Where(pid=pid if isinstance(pid, int) else 0, cgroups_path=path if isinstance(path, str) else "")
+
+
+class ClassesOnly:
+    """Classes under a policy that decides nothing (`none`): the one interceptor
+    (StartContainer) and a cache of the runtime's containers kept from its lists, so the
+    class controller has the pods' annotations and QoS classes it chooses by."""
+
+    def __init__(self, classes: ClassControl, runtime: RuntimeCalls, reserved_namespaces: tuple[str, ...]):
+        self._classes = classes
+        self._runtime = runtime
+        self._reserved = reserved_namespaces
+        self.cache = Cache()
+
+    def interceptors(self) -> dict[str, Interceptor]:
+        return {"StartContainer": self._start}
+
+    async def _start(self, req: Request) -> pb.StartContainerResponse:
+        m = messages.request(req, pb.StartContainerRequest)
+        reply = await messages.forward(req, m, pb.StartContainerResponse)
+        try:
+            await self.refresh()
+            c = self.cache.by_id(m.container_id)
+            if c is not None:
+                await self._classes.started(c)
+        except grpc.aio.AioRpcError as e:  # the next reconcile tries again
+            log.warning("block I/O and RDT classes of container %s: %s", m.container_id[:12], e.details())
+        except Exception:  # a bug here must not fail the container's start
+            log.exception("enforcing the block I/O and RDT classes of container %s failed", m.container_id[:12])
+        return reply
+
+    async def refresh(self) -> None:
+        """The cache follows the runtime's running containers (new ones asked about once)."""
+        listed = await self._runtime.call(V1 + "ListContainers", pb.ListContainersRequest(),
+                                          pb.ListContainersResponse, LOCATE_TIMEOUT)
+        live = {c.id: c for c in listed.containers if c.state != pb.ContainerState.CONTAINER_EXITED}
+        for record in self.cache:
+            if record.id not in live:
+                self.cache.remove_container(record.key)
+        for pod_id in [p for p in self.cache.pods if p not in {c.pod_sandbox_id for c in live.values()}]:
+            self.cache.remove_pod(pod_id)
+        unknown = [c for c in live.values() if self.cache.by_id(c.id) is None]
+        if unknown:
+            for record in await adopt.unknown_containers(self._runtime, self.cache, unknown, self._reserved):
+                record.state = "running"
+                self.cache.add_container(record)
+
+    async def sync(self) -> None:
+        await self.refresh()
+        await self._classes.sync(self.cache)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import grpc
 import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
@@ -27,7 +28,7 @@ from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
-from cri_resmgr.engine.classes import ClassControl, ClassStats
+from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeCalls
@@ -159,6 +160,7 @@ class Controller:
         files = host_files if host_files is not None else HostRoot(settings.host_root)
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
+        self._classes_only: ClassesOnly | None = None  # the none policy's StartContainer, when there are classes
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -200,8 +202,10 @@ class Controller:
         resmgr, topo = self._resmgr, self._topology
         if topo is not None and self._topology_summary is None:
             self._topology_summary = snapshot.summarise(topo)
+        cache = resmgr.cache if resmgr is not None else \
+            self._classes_only.cache if self._classes_only is not None else None
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
-                             resmgr.cache if resmgr is not None else None, self._topology_summary,
+                             cache, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
                              reload=self._reload)
 
@@ -221,7 +225,8 @@ class Controller:
     def container_classes(self, container_id: str) -> tuple[str | None, str | None]:
         """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
         resmgr = self._resmgr
-        c = resmgr.cache.by_id(container_id) if resmgr is not None else None
+        cache = resmgr.cache if resmgr is not None else None  # under the none policy it is not known yet
+        c = cache.by_id(container_id) if cache is not None else None
         return self._classes.choose(c) if c is not None else (None, None)
 
     def active_policy(self) -> Policy | None:
@@ -267,6 +272,8 @@ class Controller:
         to do under the none policy. Raises what the runtime call raises."""
         resmgr = self._resmgr
         if resmgr is None:
+            if self._classes_only is not None:  # classes under the none policy
+                await self._classes_only.sync()
             return {"gone": 0, "adopted": 0, "resent": 0}
         r = self._reconciled
         try:
@@ -344,9 +351,6 @@ class Controller:
         self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
         classes = self._classes.prepare(config)  # RDT over-subscription is refused here
-        if info.factory is None and (config.blockio.classes or config.rdt.partitions):
-            log.warning("%s: block I/O and RDT classes are not enforced under the %s policy, which relays every "
-                        "call unchanged: choose a policy (policy.Active) to have them", config.source, info.name)
         key = _policy_key(info.name, config)
         # Off the event loop: checking a configuration never holds up the calls being
         # relayed (and every count in it is bounded by the node, so the check is short).
@@ -366,8 +370,27 @@ class Controller:
         self._config = config
         self._classes.switch(classes)
         if self._resmgr is not None:
+            self._classes_only = None
             await self._classes.sync(self._resmgr.cache)
+        else:
+            await self._classes_without_policy(config)
         log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
+
+    async def _classes_without_policy(self, config: Config) -> None:
+        """Under the none policy, classes need StartContainer alone: intercepted only when
+        the configuration has classes (without them, nothing is read)."""
+        wanted = bool(config.blockio.classes or config.rdt.partitions)
+        if wanted and self._classes_only is None:
+            self._classes_only = ClassesOnly(self._classes, self._runtime, config.policy.reserved_namespaces)
+            self._feed.reconfigure(interceptors=self._classes_only.interceptors())
+        if self._classes_only is not None:
+            try:
+                await self._classes_only.sync()  # without classes: clears what the last ones wrote
+            except grpc.aio.AioRpcError as e:  # the runtime away: the reconcile and each start try again
+                log.warning("block I/O and RDT classes: cannot list the runtime's containers: %s", e.details())
+        if not wanted and self._classes_only is not None:
+            self._classes_only = None
+            self._feed.reconfigure(interceptors={})
 
     def _check_switch_allowed(self, config: Config, name: str) -> None:
         if self._config is not None and self._settings.disable_policy_switch and name != self._policy_name:

@@ -20,6 +20,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
@@ -543,7 +544,8 @@ class ResourceManager:
         self._cache.settle(placed, self._policy.assignment)
         self._dirty = True
         if self._save_task is None or self._save_task.done():
-            self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
+            self._save_task = supervise.watched(
+                asyncio.get_running_loop().create_task(self._save_later(), name="state-save"), "state save")
 
     async def _save_later(self) -> None:
         while True:

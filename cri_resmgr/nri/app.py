@@ -54,7 +54,7 @@ class NriSettings:
 def _on_sighup(controller: Controller) -> None:
     """SIGHUP: re-read -force-config and reopen the dump file."""
     controller.reopen_dump()
-    asyncio.ensure_future(controller.reload_forced())
+    supervise.watched(asyncio.ensure_future(controller.reload_forced()), "SIGHUP reload")
 
 
 def _freeze_start_up() -> None:

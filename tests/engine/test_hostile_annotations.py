@@ -128,3 +128,21 @@ def test_the_periodic_reconcile_survives_and_is_restarted_by_its_supervisor(capl
     asyncio.run(main())
     errors = _ours(caplog, logging.ERROR)
     assert len(errors) == 2 and all("background task reconcile failed: TypeError: cannot convert" in m for m in errors)
+
+
+def test_a_one_off_task_that_fails_is_logged(caplog):
+    """The engine's own tasks (state saves, updates, the policy timer) and a SIGHUP's reload
+    are restarted by what needs them next; their failure is one line, not silence."""
+    async def main() -> None:
+        async def broken() -> None:
+            raise TypeError("x" * 10_000)
+
+        task = supervise.watched(asyncio.get_running_loop().create_task(broken()), "state save")
+        await asyncio.wait({task})
+        await asyncio.sleep(0)
+
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    asyncio.run(main())
+    errors = _ours(caplog, logging.ERROR)
+    assert len(errors) == 1 and errors[0].startswith("background task state save failed: TypeError: xxx")
+    assert len(errors[0]) < 400
