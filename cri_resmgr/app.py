@@ -10,7 +10,7 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock
+from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock, supervise
 from cri_resmgr.agent_client import AgentClient
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
@@ -29,6 +29,8 @@ from cri_resmgr.transport.upstream import Upstream
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 5.0
+RUNTIME_PROBE_PERIOD = 5.0  # seconds between the relay's own Version calls (metrics' runtime_up)
+RUNTIME_PROBE_TIMEOUT = 2.0
 
 
 def validate(settings: Settings) -> None:
@@ -72,8 +74,9 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
 
 
 async def _reconcile_every(controller: Controller, period: float) -> None:
-    """The periodic reconcile; a failure is logged once until a reconcile works again
-    (the runtime being away is the transport's to report)."""
+    """The periodic reconcile; a failure to reach the runtime is logged once until a
+    reconcile works again (the runtime being away is the transport's to report).
+    Anything else ends the task, for its supervisor to log and restart."""
     failing = False
     while True:
         await asyncio.sleep(period)
@@ -93,10 +96,26 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
                      "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
 
 
+async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: float) -> None:
+    """Version on the relay's own channel every `period` seconds, told to the transport: with
+    no call passing (the none policy, a quiet node) cri_resmgr_runtime_up would otherwise say 1
+    long after the runtime went away."""
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await runtime.version(timeout=RUNTIME_PROBE_TIMEOUT)
+        except grpc.aio.AioRpcError as e:
+            relay.runtime_probed(False, f"{e.code().name}: {e.details()}")
+        except OSError as e:
+            relay.runtime_probed(False, str(e))
+        else:
+            relay.runtime_probed(True)
+
+
 def _on_sighup(controller: Controller) -> None:
     """SIGHUP: re-read -force-config and reopen the dump file (logrotate's postrotate)."""
     controller.reopen_dump()
-    asyncio.ensure_future(controller.reload_forced())
+    supervise.watched(asyncio.ensure_future(controller.reload_forced()), "SIGHUP reload")
 
 
 def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Upstream]:
@@ -204,14 +223,19 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     if http is not None:
         health.attach(http, metrics.registry(controller, relay), health.on_loop(controller, loop),
                       endpoint.on_loop(controller, loop))
+    # Supervised (supervise.py): an error nobody expected is logged and the task restarted.
     reconciling = None
     if settings.reconcile_period > 0:  # a no-op while the none policy is in force
-        reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
+        reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
+    probing = None
+    if http is not None:  # runtime_up is read only there
+        probing = supervise.start("runtime probe", lambda: _probe_runtime_every(primary, relay, RUNTIME_PROBE_PERIOD))
     exporting = None
     if settings.agent_socket != DISABLED and settings.agent_export_interval > 0:
         client = AgentClient(sockets.strip_scheme(settings.agent_socket))
-        exporting = asyncio.ensure_future(nodeexport.NodeExport(
-            client, lambda: controller.policy_name, controller.usage, settings.agent_export_interval).run())
+        export = nodeexport.NodeExport(client, lambda: controller.policy_name, controller.usage,
+                                       settings.agent_export_interval)
+        exporting = supervise.start("node export", export.run)
     log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
              f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")
     # Type=notify: systemd starts kubelet (Before=kubelet.service) only now that the relay serves.
@@ -219,7 +243,7 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     await stop.wait()
     sdnotify.notify("STOPPING=1")
     log.info("shutting down")
-    for task in (reconciling, exporting):
+    for task in (reconciling, exporting, probing):
         if task is not None:
             task.cancel()
     await relay.stop(STOP_GRACE_SECONDS)

@@ -71,8 +71,8 @@ RUNTIME_WAIT_TIMEOUT = flags.option("runtime-wait-timeout", "SECONDS", "Give up 
 METRICS_ADDRESS = flags.text("metrics-address", "HOST:PORT", "Serve Prometheus metrics (/metrics) and health "
                              "(/healthz, /readyz) on this address (e.g. 127.0.0.1:8888; ':8888' is 127.0.0.1:8888); "
                              "default: off.", "")
-PROBE = flags.switch("probe", "Ask the relay at -metrics-address whether it is ready (/readyz); exit 0 if so, "
-                     "1 if not.")
+PROBE = flags.switch("probe", "Ask the relay at -metrics-address (default for this: 127.0.0.1:8888, as "
+                     "`cri-resmgr status`) whether it is ready (/readyz); one line, exit 0 if so, 1 if not.")
 RECONCILE_PERIOD = flags.option("reconcile-period", "SECONDS", "Reconcile with the runtime this often (one "
                                 "ListContainers): release the CPUs of containers removed behind the relay's back, "
                                 "adopt unknown ones; 0 disables.", DEFAULT_RECONCILE_PERIOD, flags.number(low=0))
@@ -106,9 +106,42 @@ TOPOLOGY = flags.Command(
 )
 
 
+# The subcommands, for -help and `cri-resmgr help X`.
+SUBCOMMANDS = (
+    ("topology", "the hardware topology as the relay discovers it"),
+    ("status", "what a running relay decided: CPUs, pools, containers (text, JSON, SVG)"),
+    ("simulate", "a policy with no runtime, on a described machine and workload"),
+    ("replay", "a recorded CRI session sent to a runtime again"),
+    ("help", "`cri-resmgr help COMMAND`: that command's flags"),
+)
+
+
+def _help_with_subcommands() -> str:
+    lines = COMMAND.help().splitlines()
+    width = max(len(name) for name, _ in SUBCOMMANDS)
+    extra = ["", f"usage: {PROG} COMMAND [flags]   (each has -help)"] + \
+        [f"  {name.ljust(width)}  {what}" for name, what in SUBCOMMANDS]
+    return "\n".join(lines[:1] + extra + lines[1:])
+
+
+def _help(args: list[str]) -> int:
+    """`cri-resmgr help [COMMAND]`: COMMAND's -help, the relay's without one."""
+    if not args:
+        return flags.emit(_help_with_subcommands())
+    if args[0] not in {name for name, _ in SUBCOMMANDS} - {"help"} or len(args) > 1:
+        return COMMAND.report(flags.UsageError(
+            f"help: no such command: {' '.join(args)} (commands: {', '.join(n for n, _ in SUBCOMMANDS[:-1])})"))
+    main([args[0], "-help"])  # exits with that command's code
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point. Usage errors are one line on stderr and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["help"]:
+        sys.exit(_help(args[1:]))
+    if args and args[0] in ("-h", "-help", "--help") and len(args) == 1:
+        sys.exit(flags.emit(_help_with_subcommands()))
     if args[:1] == ["topology"]:
         sys.exit(TOPOLOGY.run(args[1:], _topology))
     if args[:1] == ["status"]:  # what a running relay decided (cri_resmgr/status/)
@@ -122,11 +155,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         sys.exit(replay_command.main(args[1:]))
     try:
-        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
+        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}, path_flags(COMMAND)),
                                          LOGGER_DEBUG.name)
     except OptionFileError as e:
         sys.exit(COMMAND.report(flags.UsageError(str(e))))
     sys.exit(COMMAND.run(args, _run))
+
+
+def path_flags(command: flags.Command) -> set[str]:
+    """The flags whose values are paths: relative ones in an option file are the file's."""
+    return {f.name for f in command.flags if f.metavar in ("PATH", "FILE", "DIR")}
 
 
 def _run(values: flags.Values) -> int:
@@ -134,10 +172,8 @@ def _run(values: flags.Values) -> int:
     if values[LIST_POLICIES]:
         print(registry.describe())
         return 0
-    if values[PROBE]:
-        if not values[METRICS_ADDRESS]:
-            raise flags.UsageError("-probe asks the relay at -metrics-address: give it")
-        ready, reason = health.probe(values[METRICS_ADDRESS])
+    if values[PROBE]:  # the same default address as `cri-resmgr status`
+        ready, reason = health.probe(values[METRICS_ADDRESS] or status.DEFAULT_ADDRESS)
         print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
         return 0 if ready else 1
     settings = _settings(values, registry)
@@ -147,6 +183,8 @@ def _run(values: flags.Values) -> int:
         if values[PRINT_CONFIG]:
             print(printconfig.render(settings, config, registry))
             return 0
+        # Before the runtime is waited for: a configuration that cannot work here exits 2 now.
+        printconfig.check(settings, config, registry)
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
     debug = logsetup.setup(settings.logger_debug)

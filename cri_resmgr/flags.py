@@ -12,11 +12,15 @@ it beside the webhook package and nothing else of cri-resmgr (.importlinter).
 
 from __future__ import annotations
 
+import difflib
 import os
+import platform
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, TypeVar, cast
 
 __all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Values", "VersionRequested", "choice",
@@ -174,7 +178,7 @@ class Command:
             print(self.help())
             return 0
         except VersionRequested:
-            print(f"{self.prog} {self.version}")
+            print(version_line(self.prog, self.version or ""))
             return 0
         except CommandError as err:
             return self.report(err)
@@ -216,7 +220,9 @@ class Command:
             raise VersionRequested
         flag = by_name.get(name)
         if flag is None:
-            raise UsageError(f"no such option: {spelling}")
+            near = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.75)
+            dashes = "--" if spelling.startswith("--") else "-"
+            raise UsageError(f"no such option: {spelling}" + (f" (did you mean {dashes}{near[0]}?)" if near else ""))
         return flag
 
     @staticmethod
@@ -258,6 +264,17 @@ class Command:
         return "\n".join(lines)
 
 
+def emit(text: str) -> int:
+    """Prints text for a command that ends there (help): 0, or 141 if the reader went away."""
+    try:
+        print(text)
+        sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
+
+
 def _drop_stdout() -> None:
     """The reader of stdout went away (`| head`): what is still buffered goes nowhere, so that
     the interpreter's last flush at exit raises no second BrokenPipeError."""
@@ -274,4 +291,29 @@ def _default_note(flag: Flag[object]) -> str:
         return " (required)"
     if flag.default is None or flag.default is False or flag.default in ("", ()):
         return ""
+    if isinstance(flag.default, (set, frozenset, list, tuple)):  # not `frozenset()`: words
+        return f" (default: {', '.join(sorted(map(str, flag.default))) or 'none'})"
     return f" (default: {flag.default})"
+
+
+def version_line(prog: str, version: str) -> str:
+    """`PROG VERSION (commit C, Python X.Y.Z)`: what a bug report needs to name the build."""
+    return f"{prog} {version} (commit {_commit()}, Python {platform.python_version()})"
+
+
+def _commit() -> str:
+    """The source's commit: a COMMIT file beside this module (a build may write one), else
+    the git checkout this module runs from (an editable install), else "unknown"."""
+    here = Path(__file__).resolve().parent
+    try:
+        return (here / "COMMIT").read_text().strip() or "unknown"
+    except OSError:
+        pass
+    if not any((d / ".git").exists() for d in (here, *here.parents)):
+        return "unknown"
+    try:
+        done = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"

@@ -145,5 +145,9 @@ def probe(address: str, timeout: float = 5.0) -> tuple[bool, str]:
             return True, response.read().decode().strip()
     except urllib.error.HTTPError as e:
         return False, e.read().decode().strip() or f"HTTP {e.code}"
+    except urllib.error.URLError as e:  # one plain line: "connection refused", not "<urlopen error ...>"
+        reason = e.reason
+        why = (reason.strerror or str(reason)) if isinstance(reason, OSError) else str(reason)
+        return False, f"relay not reachable at {address}: {why.lower()}"
     except OSError as e:
-        return False, f"relay not reachable at {address}: {e}"
+        return False, f"relay not reachable at {address}: {e.strerror or e}"

@@ -140,6 +140,13 @@ class EngineCollector(Collector):
         fixed.add_metric(["resent"], r.resent)
         yield fixed
         yield from _class_families(s.classes)
+        if s.reload.ok is not None:  # as Prometheus' own prometheus_config_last_reload_*
+            yield _gauge("cri_resmgr_config_last_reload_successful", "Whether the last configuration tried (start-up, "
+                         "agent push, SIGHUP) went into force (1) or was refused (0)", 1 if s.reload.ok else 0)
+            yield _gauge("cri_resmgr_config_last_reload_timestamp_seconds",
+                         "When the last configuration was tried (Unix time)", s.reload.at)
+            yield _gauge("cri_resmgr_config_last_reload_success_timestamp_seconds",
+                         "When a configuration last went into force (Unix time; 0: never)", s.reload.last_success_at)
 
     def _transport_families(self, t: TransportStats) -> Iterator[Metric]:
         if t.runtime_up is not None:

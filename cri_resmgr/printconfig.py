@@ -13,22 +13,34 @@ from typing import Any
 import yaml
 
 from cri_resmgr.config import Config, Settings
-from cri_resmgr.engine.controller import build_policy
+from cri_resmgr.engine.controller import build_policy, check_sections
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.topology import Topology, discover
+
+
+def check(settings: Settings, config: Config, registry: Registry) -> Topology | None:
+    """Builds the active policy and checks every other policy section the configuration
+    gives on this node's hardware, as start-up would (the relay does this before it
+    waits for the runtime, so a bad value exits 2 at once); raises ValueError
+    (ConfigError, TopologyError). The topology, when it was needed."""
+    info = registry.lookup(config.policy.active or settings.policy)
+    topology: list[Topology] = []
+
+    def hardware() -> Topology:
+        if not topology:
+            topology.append(discover(settings.host_root))
+        return topology[-1]
+
+    build_policy(info, config, hardware)
+    check_sections(registry, config, info.name, hardware)
+    return topology[-1] if topology else None
 
 
 def render(settings: Settings, config: Config, registry: Registry) -> str:
     """The document to print; raises ValueError (ConfigError, TopologyError) when the
     configuration does not fit this node."""
     info = registry.lookup(config.policy.active or settings.policy)
-    topology: list[Topology] = []
-
-    def hardware() -> Topology:
-        topology.append(discover(settings.host_root))
-        return topology[-1]
-
-    build_policy(info, config, hardware)
+    topology = check(settings, config, registry)
     doc: dict[str, Any] = config.to_document()
     doc["policy"]["Active"] = info.name
     if not config.dump.specs and settings.dump:
@@ -40,7 +52,7 @@ def render(settings: Settings, config: Config, registry: Registry) -> str:
     if settings.logger_debug:
         doc["logger"]["DebugSources"] = sorted(settings.logger_debug)  # -logger-debug, command line
     lines = [f"# effective configuration (source: {config.source})"]
-    if topology:
-        lines.append(f"# checked against this node: CPUs online {topology[-1].online}")
+    if topology is not None:
+        lines.append(f"# checked against this node: CPUs online {topology.online}")
     lines.append(yaml.safe_dump(doc, sort_keys=False).rstrip())
     return "\n".join(lines)

@@ -45,6 +45,8 @@ def test_an_unusable_path_is_one_error_line_and_exit_1(tmp_path: Path, flag: str
 @pytest.mark.parametrize("args", [
     ["-print-config"],
     ["-h"],
+    ["help"],
+    ["help", "status"],
     ["topology"],
     ["simulate", "-shape", "4c", "-churn", "20", "-policy", "static"],
 ])

@@ -20,6 +20,9 @@ class Where:
 
     pid: int = 0
     cgroups_path: str = ""
+    # The container's id: a /proc/PID/cgroup path that does not name it is not the
+    # container's (its PID reused by another process) and is not written to.
+    container_id: str = ""
 
 
 def mode(files: HostFiles) -> str | None:
@@ -60,7 +63,8 @@ def _candidates(files: HostFiles, cgroup_mode: str, where: Where, controller: st
         controllers, _, path = rest.partition(":")
         if (cgroup_mode == "v1" and controller in controllers.split(",")) or \
                 (cgroup_mode == "v2" and hid == "0" and controllers == ""):
-            out.append(base + path.rstrip("/"))
+            if not where.container_id or where.container_id in path:
+                out.append(base + path.rstrip("/"))
     if where.cgroups_path:
         out.append(base + "/" + systemd_path(where.cgroups_path).strip("/"))
     return out

@@ -8,9 +8,12 @@ options come before the command line's, so the command line wins.
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from collections.abc import Collection
 
+from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*)(?:\s*[= ]\s*(?P<value>.*))?$")
@@ -20,9 +23,12 @@ class OptionFileError(CriResmgrError, ValueError):
     pass
 
 
-def read_option_file(path: str, known: Collection[str] | None = None) -> list[str]:
+def read_option_file(path: str, known: Collection[str] | None = None,
+                     paths: Collection[str] = ()) -> list[str]:
     """Returns the file's options as command-line tokens; an option not in `known`
-    (when given) is an error naming the file and the line."""
+    (when given) is an error naming the file and the line. The value of an option in
+    `paths` that is a relative path is taken relative to the file's directory, not to
+    wherever the command was started ('-' and `unix:` addresses are left as they are)."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -37,18 +43,23 @@ def read_option_file(path: str, known: Collection[str] | None = None) -> list[st
             continue
         m = _LINE.match(line)
         if m is None:
-            raise OptionFileError(f"{path}:{number}: cannot parse {raw.strip()!r} (expected 'name value')")
+            raise OptionFileError(f"{path}:{number}: cannot parse {short(raw.strip())} (expected 'name value')")
         if m["name"] == "config":
             raise OptionFileError(f"{path}:{number}: an option file cannot include another (config)")
         if known is not None and m["name"] not in known:
-            raise OptionFileError(f"{path}:{number}: no such option: {m['name']}")
+            near = difflib.get_close_matches(m["name"], list(known), n=1, cutoff=0.75)
+            raise OptionFileError(f"{path}:{number}: no such option: {m['name']}" +
+                                  (f" (did you mean {near[0]}?)" if near else ""))
         tokens.append("-" + m["name"])
         if m["value"] is not None and m["value"] != "":
-            tokens.append(m["value"].strip())
+            value = m["value"].strip()
+            if m["name"] in paths and value != "-" and not value.startswith(("/", "unix:")):
+                value = os.path.join(os.path.dirname(os.path.abspath(path)), value)
+            tokens.append(value)
     return tokens
 
 
-def expand_config(argv: list[str], known: Collection[str] | None = None) -> list[str]:
+def expand_config(argv: list[str], known: Collection[str] | None = None, paths: Collection[str] = ()) -> list[str]:
     """Replaces `-config FILE` (any spelling) in argv by the file's options, placed first."""
     out: list[str] = []
     prefix: list[str] = []
@@ -58,11 +69,11 @@ def expand_config(argv: list[str], known: Collection[str] | None = None) -> list
         if arg in ("-config", "--config"):
             if i + 1 >= len(argv):
                 raise OptionFileError(f"option {arg} requires a file argument")
-            prefix += read_option_file(argv[i + 1], known)
+            prefix += read_option_file(argv[i + 1], known, paths)
             i += 2
             continue
         if arg.startswith(("-config=", "--config=")):
-            prefix += read_option_file(arg.split("=", 1)[1], known)
+            prefix += read_option_file(arg.split("=", 1)[1], known, paths)
             i += 1
             continue
         if arg == "--":

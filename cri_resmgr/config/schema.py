@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from cri_resmgr.bounded import InputError, clip, load_yaml, short
 from cri_resmgr.config.classes import BlockioConfig, ClassConfigError, RdtConfig, parse_blockio, parse_rdt
 from cri_resmgr.errors import CriResmgrError
 
@@ -85,7 +86,9 @@ MODULES = ("policy", "dump", "logger", "blockio", "rdt")
 def parse_document(text: str, source: str, policy_names: Iterable[str]) -> Config:
     """A whole YAML document (the -force-config / -fallback-config file)."""
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
+        data = load_yaml(text, source) if text.strip() else {}
+    except InputError as e:  # an alias bomb, deep nesting, a number of 5000 digits: says where
+        raise ConfigError(str(e)) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: invalid YAML: {_yaml_problem(e)}") from None
     if data is None:
@@ -100,7 +103,9 @@ def parse_modules(modules: Mapping[str, str], source: str, policy_names: Iterabl
     data: dict[str, Any] = {}
     for name, text in modules.items():
         try:
-            data[name] = yaml.safe_load(text) if text and text.strip() else {}
+            data[name] = load_yaml(text, f"{source}: module {name}") if text and text.strip() else {}
+        except InputError as e:
+            raise ConfigError(str(e)) from None
         except yaml.YAMLError as e:
             raise ConfigError(f"{source}: module {name}: invalid YAML: {_yaml_problem(e)}") from None
     return _build(data, source, policy_names)
@@ -108,7 +113,7 @@ def parse_modules(modules: Mapping[str, str], source: str, policy_names: Iterabl
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or str(e)
+    problem = clip(str(getattr(e, "problem", None) or e), 120)
     return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
 
 
@@ -145,13 +150,13 @@ def _keys(data: Mapping[str, Any], allowed: Iterable[str], source: str, where: s
     allowed = tuple(allowed)
     for k in data:
         if k not in allowed:
-            raise ConfigError(f"{source}: {where}{k}: unknown key (known: {', '.join(allowed)})")
+            raise ConfigError(f"{source}: {where}{clip(str(k), 30)}: unknown key (known: {', '.join(allowed)})")
 
 
 def _bool(value: Any, source: str, where: str) -> bool:
     if isinstance(value, bool):
         return value
-    raise ConfigError(f"{source}: {where}: expected true or false, got {value!r}")
+    raise ConfigError(f"{source}: {where}: expected true or false, got {short(value)}")
 
 
 def _policy(p: Mapping[str, Any], source: str, names: set[str]) -> PolicyConfig:
@@ -160,7 +165,7 @@ def _policy(p: Mapping[str, Any], source: str, names: set[str]) -> PolicyConfig:
     active = p.get("Active")
     if active is not None:
         if not isinstance(active, str) or active not in names:
-            raise ConfigError(f"{source}: policy.Active: unknown policy {active!r} "
+            raise ConfigError(f"{source}: policy.Active: unknown policy {short(active)} "
                               f"(available: {', '.join(sorted(names))})")
     reserved = available = None
     for key in ("ReservedResources", "AvailableResources"):
@@ -170,7 +175,7 @@ def _policy(p: Mapping[str, Any], source: str, names: set[str]) -> PolicyConfig:
         _keys(sub, ("CPU",), source, f"policy.{key}.")
         value = sub.get("CPU")
         if value is not None and not isinstance(value, (int, str)) or isinstance(value, bool):
-            raise ConfigError(f"{source}: policy.{key}.CPU: expected a number or a cpuset, got {value!r}")
+            raise ConfigError(f"{source}: policy.{key}.CPU: expected a number or a cpuset, got {short(value)}")
         if key == "ReservedResources":
             reserved = value
         else:
@@ -202,7 +207,7 @@ def _dump(d: Mapping[str, Any], source: str) -> DumpConfig:
         raise ConfigError(f"{source}: dump.Config: expected a dump spec string or a list of them")
     fmt = d.get("Format", "human")
     if fmt not in ("human", "jsonl"):
-        raise ConfigError(f"{source}: dump.Format: expected human or jsonl, got {fmt!r}")
+        raise ConfigError(f"{source}: dump.Format: expected human or jsonl, got {short(fmt)}")
     file = d.get("File")
     if file is not None and not isinstance(file, str):
         raise ConfigError(f"{source}: dump.File: expected a path")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from cri_resmgr.bounded import InputError, load_json
 from cri_resmgr.config.schema import Config, ConfigError, parse_document, parse_modules
 
 log = logging.getLogger(__name__)
@@ -79,26 +81,56 @@ def remember_agent_config(settings: Places, modules: Mapping[str, str]) -> None:
         path.unlink(missing_ok=True)
 
 
+MAX_CONFIG_SIZE = 4 << 20  # bytes; a configuration is some kilobytes
+
+
 def read_config_file(path: str) -> str:
+    """The file's text; ConfigError naming the file when it cannot be read, is too
+    big to be a configuration, or is not UTF-8 (with the offset of the first bad byte)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_SIZE + 1)
     except OSError as e:
         raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
+    if len(data) > MAX_CONFIG_SIZE:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_SIZE >> 20} MiB: not a configuration file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})") from None
 
 
 def _saved_agent_config(path: Path) -> dict[str, str] | None:
+    """The saved agent configuration; one that cannot be read is moved aside (as
+    the state file is) so that it is looked at once, not at every start."""
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_SIZE + 1)
     except (FileNotFoundError, NotADirectoryError):  # nothing saved; an unusable state dir is refused at start
         return None
-    except (OSError, ValueError) as e:
-        log.error("cannot read %s: %s", path, e)
+    except OSError as e:
+        log.error("cannot read %s: %s", path, e.strerror)
         return None
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        log.error("%s is not a saved agent configuration; ignoring it", path)
+    try:
+        if len(raw) > MAX_CONFIG_SIZE:
+            raise InputError(f"{path}: larger than {MAX_CONFIG_SIZE >> 20} MiB")
+        data = load_json(raw, str(path), max_depth=4)
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise InputError(f"{path}: not a saved agent configuration (module name -> YAML text)")
+    except InputError as e:
+        log.error("ignoring the saved agent configuration: %s; %s", e, move_aside(path))
         return None
     return data
+
+
+def move_aside(path: Path) -> str:
+    """Renames an unusable file to PATH.bad-TIME (UTC, readable); says where it went."""
+    aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    try:
+        os.replace(path, aside)
+    except OSError as e:
+        return f"could not move it aside: {e.strerror}"
+    return f"moved aside to {aside}"
 
 
 def _write_json(path: Path, data: Any) -> None:

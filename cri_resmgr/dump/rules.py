@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.transport.methods import split_path
 
@@ -125,7 +126,7 @@ def parse_specs(specs: Iterable[str]) -> Rules:
         for raw in spec.split(","):
             item = raw.strip()
             if not item:
-                raise DumpSpecError(f"empty item in dump spec {spec!r}")
+                raise DumpSpecError(f"empty item in dump spec {short(spec)}")
             if item.lower() == RESET:
                 rules.clear()
                 continue
@@ -145,13 +146,13 @@ def _split_item(item: str, spec: str) -> tuple[Level | None, str]:
         level = LEVEL_NAMES.get(head.lower())
         if level is None:
             known = ", ".join(LEVEL_NAMES)
-            raise DumpSpecError(f"unknown dump level {head!r} in {item!r} (known: {known})")
+            raise DumpSpecError(f"unknown dump level {short(head)} in {short(item)} (known: {known})")
         pattern = tail.strip()
         if not pattern:
-            raise DumpSpecError(f"empty pattern in dump rule {item!r}")
+            raise DumpSpecError(f"empty pattern in dump rule {short(item)}")
         return level, pattern
     if item.lower() in LEVEL_NAMES:
-        raise DumpSpecError(f"dump level {item!r} without a pattern (write e.g. {item}:.*)")
+        raise DumpSpecError(f"dump level {short(item)} without a pattern (write e.g. {item}:.*)")
     return None, item
 
 
@@ -161,5 +162,5 @@ def _make_rule(level: Level, pattern: str, item: str) -> Rule:
     try:
         regexp = re.compile(pattern)
     except re.error as err:
-        raise DumpSpecError(f"invalid regular expression {pattern!r} in dump rule {item!r}: {err}") from None
+        raise DumpSpecError(f"invalid regular expression {short(pattern)} in dump rule {short(item)}: {err}") from None
     return Rule(level, pattern, regexp)

@@ -9,6 +9,7 @@ import logging
 from google.protobuf import json_format
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import clip
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
@@ -68,7 +69,14 @@ async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple
             record.released = False
             kept += 1
             continue
-        cache.add_container(await _new_container(upstream, c, live_pods[c.pod_sandbox_id], reserved_namespaces))
+        try:
+            record = await _new_container(upstream, c, live_pods[c.pod_sandbox_id], reserved_namespaces)
+        except Exception as e:  # one container the runtime cannot tell about must not stop the start
+            log.warning("cannot read container %s (%s) from the runtime (%s: %s): skipped; the periodic "
+                        "reconcile adopts it", c.metadata.name, c.id[:12], type(e).__name__, clip(str(e), 160))
+            seen.discard(c.id)
+            continue
+        cache.add_container(record)
         added += 1
     vanished = [r for r in cache if r.id not in seen] if complete else []
     for r in vanished:
@@ -78,8 +86,9 @@ async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple
     if not complete:
         log.info("the runtime's listing is partial: %d saved containers kept as saved until the runtime "
                  "names them", sum(1 for r in cache if r.id not in seen))
-    log.info("discovered %(pods)d pods; containers: %(kept)d restored, %(added)d new, "
-             "%(vanished)d gone since the last run", counts)
+    log.info("discovered %d pod%s; containers: %d known from the saved state, %d adopted (new to the relay), "
+             "%d gone since the last run", counts["pods"], "" if counts["pods"] == 1 else "s", kept, added,
+             len(vanished))
     return counts
 
 
@@ -134,7 +143,7 @@ async def _new_container(upstream: RuntimeCalls, c: pb.Container, pod: PodRecord
                                  pb.ContainerStatusResponse)
     res = resources_from_info(dict(status.info))
     key = f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}"
-    w = classify.workload(
+    w = classify.workload_or_plain(
         key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
         cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
         container_annotations=dict(c.annotations),

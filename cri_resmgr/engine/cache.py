@@ -8,7 +8,6 @@ version, is moved aside with a log line and the relay rebuilds from the runtime.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from cri_resmgr.bounded import InputError, clip, load_json, short
+from cri_resmgr.config.sources import move_aside
 from cri_resmgr.engine.statefile import AssignmentTable, RecordTable, Snapshot, entry, write_atomically
 from cri_resmgr.policy.api import Assignment, QoS, Workload
 
@@ -234,27 +235,31 @@ class Cache:
         write_atomically(self.path, data.parts())
 
     def load(self) -> Saved | None:
-        """Loads saved state into this cache; None when there is none usable."""
+        """Loads saved state into this cache; None when there is none usable. A file
+        that cannot be read for whatever reason (not JSON, nested 200,000 deep, a CPU
+        list of a hundred million CPUs, a field of the wrong type) is moved aside with
+        one line saying why, and the relay rebuilds from the runtime."""
         if self.path is None or not self.path.exists():
             return None
         try:
-            data = json.loads(self.path.read_text())
+            with open(self.path, "rb") as f:
+                raw = f.read(MAX_STATE_SIZE + 1)
+            if len(raw) > MAX_STATE_SIZE:
+                raise InputError(f"larger than {MAX_STATE_SIZE >> 20} MiB")
+            data = load_json(raw, "state", max_depth=STATE_DEPTH)
             if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
                 raise ValueError("not a cri-resmgr state file")
             if data.get("version") != STATE_VERSION:
-                raise ValueError(f"state format version {data.get('version')!r}, expected {STATE_VERSION}")
-            pods = {k: PodRecord(**v) for k, v in data["pods"].items()}
-            containers = [_container_from_json(v) for v in data["containers"].values()]
-            assignments = {k: Assignment.from_json(v) for k, v in data["assignments"].items()}
-            policy = str(data["policy"])
+                raise ValueError(f"state format version {short(data.get('version'))}, expected {STATE_VERSION}")
+            pods = {k: _pod_from_json(k, v) for k, v in _table(data, "pods").items()}
+            containers = [_container_from_json(k, v) for k, v in _table(data, "containers").items()]
+            assignments = {k: _assignment_from_json(k, v) for k, v in _table(data, "assignments").items()}
+            policy = _text(data.get("policy"), "policy")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            aside = self.path.with_name(f"{self.path.name}.bad-{int(time.time())}")
-            try:
-                os.replace(self.path, aside)
-                where = f"moved aside to {aside}"
-            except OSError as move_error:
-                where = f"could not move it aside: {move_error}"
-            log.error("state file %s is unusable (%s); %s; rebuilding from the runtime", self.path, e, where)
+            # The file is the only thing read here: any error is about it, never a bug elsewhere.
+            why = clip(str(e) if not isinstance(e, OSError) else e.strerror or str(e), 200)
+            log.error("state file %s is unusable (%s: %s); %s; rebuilding from the runtime",
+                      self.path, type(e).__name__, why, move_aside(self.path))
             return None
         self.set_pods(pods)
         for key in list(self._containers):
@@ -262,6 +267,60 @@ class Cache:
         for c in containers:
             self.add_container(c)
         return Saved(policy=policy, assignments=assignments)
+
+
+MAX_STATE_SIZE = 256 << 20  # bytes: some 100,000 containers
+STATE_DEPTH = 16  # the file's own nesting is 5 (assignment details add a few)
+
+
+def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    table = data[name]
+    if not isinstance(table, dict):
+        raise ValueError(f"{name}: expected an object, got {short(table)}")
+    return table
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a string, got {short(value)}")
+    return value
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError(f"{where}: expected an object of strings, got {short(value)}")
+    return value
+
+
+def _fields(value: Any, where: str, names: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected an object, got {short(value)}")
+    unknown = set(value) - set(names)
+    if unknown:
+        raise ValueError(f"{where}: unknown field {short(sorted(unknown)[0])}")
+    return value
+
+
+def _pod_from_json(key: str, d: Any) -> PodRecord:
+    where = f"pods.{clip(key, 80)}"
+    d = _fields(d, where, _POD_FIELDS)
+    for name in ("id", "name", "namespace", "uid", "cgroup_parent"):
+        if name in d:
+            _text(d[name], f"{where}.{name}")
+    for name in ("annotations", "labels"):
+        if name in d:
+            _strings(d[name], f"{where}.{name}")
+    return PodRecord(**d)
+
+
+def _assignment_from_json(key: str, d: Any) -> Assignment:
+    where = f"assignments.{clip(key, 80)}"
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected an object, got {short(d)}")
+    try:
+        return Assignment.from_json(d)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{where}: {clip(str(e), 120)}") from None
 
 
 def _write_all(fd: int, parts: list[bytes]) -> None:
@@ -305,9 +364,41 @@ def _container_json(c: ContainerRecord) -> dict[str, Any]:
     return d
 
 
-def _container_from_json(d: dict[str, Any]) -> ContainerRecord:
-    w = dict(d["workload"])
+# Workload fields by the type the policies take them as (the others: strings, mappings).
+_QOS = tuple(q.value for q in QoS)
+_WORKLOAD_INTS = ("cpu_request", "memory_request")
+_WORKLOAD_OPTIONAL_INTS = ("cpu_limit", "memory_limit")
+_WORKLOAD_BOOLS = ("prefer_reserved", "system")
+_WORKLOAD_OPTIONAL_BOOLS = ("prefer_isolated", "prefer_shared")
+
+
+def _container_from_json(key: str, d: Any) -> ContainerRecord:
+    where = f"containers.{clip(key, 80)}"
+    d = dict(_fields(d, where, _CONTAINER_FIELDS))
+    for name in ("key", "pod_id", "name", "id", "state"):
+        if name in d:
+            _text(d[name], f"{where}.{name}")
+    if not isinstance(d.get("resources", {}), dict):
+        raise ValueError(f"{where}.resources: expected an object")
+    if not isinstance(d.get("released", False), bool):
+        raise ValueError(f"{where}.released: expected true or false")
+    w = dict(_fields(d["workload"], f"{where}.workload", _WORKLOAD_FIELDS))
+    for name in ("key", "namespace", "pod", "name"):
+        _text(w[name], f"{where}.workload.{name}")
+    for name in ("labels", "pod_annotations", "container_annotations"):
+        if name in w:
+            _strings(w[name], f"{where}.workload.{name}")
+    for name in (*_WORKLOAD_INTS, *_WORKLOAD_OPTIONAL_INTS):
+        v = w.get(name)
+        if not (v is None and name in _WORKLOAD_OPTIONAL_INTS or
+                type(v) is int and 0 <= v < 1 << 63 or v is None and name not in w):
+            raise ValueError(f"{where}.workload.{name}: expected a non-negative integer, got {short(v)}")
+    for name in (*_WORKLOAD_BOOLS, *_WORKLOAD_OPTIONAL_BOOLS):
+        v = w.get(name)
+        if not (isinstance(v, bool) or v is None and (name in _WORKLOAD_OPTIONAL_BOOLS or name not in w)):
+            raise ValueError(f"{where}.workload.{name}: expected true or false, got {short(v)}")
+    if w.get("qos") not in _QOS:
+        raise ValueError(f"{where}.workload.qos: expected one of {', '.join(_QOS)}, got {short(w.get('qos'))}")
     w["qos"] = QoS(w["qos"])
-    d = dict(d)
     d["workload"] = Workload(**w)
     return ContainerRecord(**d)

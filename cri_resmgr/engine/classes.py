@@ -18,19 +18,22 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import short
 from cri_resmgr.classes import blockio, cgroups, rdtplan
 from cri_resmgr.classes.hostfs import HostFiles
 from cri_resmgr.classes.rdt import ResctrlWriter
 from cri_resmgr.classes.select import KINDS, Choice, annotation_key, choose
 from cri_resmgr.config.classes import ClassConfigError
 from cri_resmgr.config.schema import Config, ConfigError
-from cri_resmgr.engine.cache import ContainerRecord
+from cri_resmgr.engine import adopt, messages
+from cri_resmgr.engine.cache import Cache, ContainerRecord
 from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.transport.contract import Interceptor, Request
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +220,7 @@ class ClassControl:
             if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
                 log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
             return None
-        where = where_from_info(dict(status.info))
+        where = replace(where_from_info(dict(status.info)), container_id=c.id)
         if where.pid <= 0 and not where.cgroups_path:
             self._warn_once("where", f"the runtime at {self._runtime.path} tells neither PID nor cgroupsPath "
                             "in ContainerStatus' info: block I/O and RDT classes cannot be enforced")
@@ -233,7 +236,7 @@ class ClassControl:
         for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
             if choice.unknown is not None and self._warn_once(
                     f"unknown:{c.key}:{kind}:{choice.unknown}",
-                    f"{w}: {kind} class {choice.unknown!r} is not in the configuration (classes: "
+                    f"{w}: {kind} class {short(choice.unknown)} is not in the configuration (classes: "
                     f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
                 self._unknown += 1
                 self._counted()
@@ -321,3 +324,52 @@ def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
     linux = (data.get("runtimeSpec") or {}).get("linux") or {}
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
     return cgroups.Where(pid=pid if isinstance(pid, int) else 0, cgroups_path=path if isinstance(path, str) else "")
+
+
+class ClassesOnly:
+    """Classes under a policy that decides nothing (`none`): the one interceptor
+    (StartContainer) and a cache of the runtime's containers kept from its lists, so the
+    class controller has the pods' annotations and QoS classes it chooses by."""
+
+    def __init__(self, classes: ClassControl, runtime: RuntimeCalls, reserved_namespaces: tuple[str, ...]):
+        self._classes = classes
+        self._runtime = runtime
+        self._reserved = reserved_namespaces
+        self.cache = Cache()
+
+    def interceptors(self) -> dict[str, Interceptor]:
+        return {"StartContainer": self._start}
+
+    async def _start(self, req: Request) -> pb.StartContainerResponse:
+        m = messages.request(req, pb.StartContainerRequest)
+        reply = await messages.forward(req, m, pb.StartContainerResponse)
+        try:
+            await self.refresh()
+            c = self.cache.by_id(m.container_id)
+            if c is not None:
+                await self._classes.started(c)
+        except grpc.aio.AioRpcError as e:  # the next reconcile tries again
+            log.warning("block I/O and RDT classes of container %s: %s", m.container_id[:12], e.details())
+        except Exception:  # a bug here must not fail the container's start
+            log.exception("enforcing the block I/O and RDT classes of container %s failed", m.container_id[:12])
+        return reply
+
+    async def refresh(self) -> None:
+        """The cache follows the runtime's running containers (new ones asked about once)."""
+        listed = await self._runtime.call(V1 + "ListContainers", pb.ListContainersRequest(),
+                                          pb.ListContainersResponse, LOCATE_TIMEOUT)
+        live = {c.id: c for c in listed.containers if c.state != pb.ContainerState.CONTAINER_EXITED}
+        for record in self.cache:
+            if record.id not in live:
+                self.cache.remove_container(record.key)
+        for pod_id in [p for p in self.cache.pods if p not in {c.pod_sandbox_id for c in live.values()}]:
+            self.cache.remove_pod(pod_id)
+        unknown = [c for c in live.values() if self.cache.by_id(c.id) is None]
+        if unknown:
+            for record in await adopt.unknown_containers(self._runtime, self.cache, unknown, self._reserved):
+                record.state = "running"
+                self.cache.add_container(record)
+
+    async def sync(self) -> None:
+        await self.refresh()
+        await self._classes.sync(self.cache)

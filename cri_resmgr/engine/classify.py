@@ -8,7 +8,6 @@ ones into the pod annotation `intel.com/resources`, which wins when present.
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import re
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from typing import Any
 import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import InputError, clip, load_json, load_yaml, short
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
@@ -50,24 +50,40 @@ def qos_from_cgroup_parent(parent: str) -> QoS | None:
     return {None: QoS.GUARANTEED, "burstable": QoS.BURSTABLE, "besteffort": QoS.BESTEFFORT}[m.group(1)]
 
 
+ANNOTATION_DEPTH = 8  # {"containers": {NAME: {"requests": {"cpu": "1"}}}} is 4
+_QUANTITY_KEYS = ("requests", "limits")
+
+
 def parse_resources_annotation(value: str) -> dict[str, dict[str, dict[str, dict[str, str]]]]:
-    """Parses `intel.com/resources`; raises ValueError naming what is wrong."""
+    """Parses `intel.com/resources`; raises ValueError naming what is wrong (in a
+    short line, whatever the value: it is the pod's, and anyone may write one)."""
     try:
-        data = json.loads(value)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{RESOURCES_ANNOTATION}: not JSON: {e.msg}") from None
+        data = load_json(value, RESOURCES_ANNOTATION, max_depth=ANNOTATION_DEPTH)
+    except InputError as e:
+        raise ValueError(str(e)) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{RESOURCES_ANNOTATION}: expected a JSON object")
+        raise ValueError(f"{RESOURCES_ANNOTATION}: expected a JSON object, got {short(data, 40)}")
     out: dict[str, Any] = {}
     for section in ("initContainers", "containers"):
         containers = data.get(section) or {}
         if not isinstance(containers, dict):
-            raise ValueError(f"{RESOURCES_ANNOTATION}: {section} must be an object")
+            raise ValueError(f"{RESOURCES_ANNOTATION}: {section} must be an object, got {short(containers, 40)}")
         out[section] = {}
         for name, reqs in containers.items():
+            where = f"{RESOURCES_ANNOTATION}: {section}.{clip(name, 60)}"
             if not isinstance(reqs, dict):
-                raise ValueError(f"{RESOURCES_ANNOTATION}: {section}.{name} must be an object")
-            out[section][name] = {k: dict(reqs.get(k) or {}) for k in ("requests", "limits")}
+                raise ValueError(f"{where} must be an object, got {short(reqs, 40)}")
+            entry: dict[str, dict[str, str]] = {}
+            for k in _QUANTITY_KEYS:
+                given = reqs.get(k) or {}
+                if not isinstance(given, dict):
+                    raise ValueError(f"{where}.{k} must be an object of quantities, got {short(given, 40)}")
+                for resource, quantity in given.items():
+                    if isinstance(quantity, bool) or not isinstance(quantity, str | int | float):
+                        raise ValueError(f"{where}.{k}.{clip(resource, 40)}: expected a quantity, "
+                                         f"got {short(quantity, 40)}")
+                entry[k] = given
+            out[section][name] = entry
     return out
 
 
@@ -83,13 +99,17 @@ def requirements_from_annotation(annotations: Mapping[str, str], container: str)
     # As in Kubernetes: a limit without a request makes the request equal the limit.
     cpu_req = req.get("cpu", lim.get("cpu"))
     mem_req = req.get("memory", lim.get("memory"))
-    return Requirements(
-        cpu_request=parse_cpu_milli(cpu_req) if cpu_req is not None else 0,
-        cpu_limit=parse_cpu_milli(lim["cpu"]) if "cpu" in lim else None,
-        memory_request=parse_bytes(mem_req) if mem_req is not None else 0,
-        memory_limit=parse_bytes(lim["memory"]) if "memory" in lim else None,
-        source="annotation",
-    )
+    where = f"{RESOURCES_ANNOTATION}: containers.{clip(container, 60)}"
+    try:
+        return Requirements(
+            cpu_request=parse_cpu_milli(cpu_req) if cpu_req is not None else 0,
+            cpu_limit=parse_cpu_milli(lim["cpu"]) if "cpu" in lim else None,
+            memory_request=parse_bytes(mem_req) if mem_req is not None else 0,
+            memory_limit=parse_bytes(lim["memory"]) if "memory" in lim else None,
+            source="annotation",
+        )
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def requirements_from_cri(cpu_shares: int, cpu_quota: int, cpu_period: int, memory_limit: int) -> Requirements:
@@ -144,7 +164,7 @@ def parse_bool(value: str) -> bool:
         return True
     if v in ("false", "no", "0", "off"):
         return False
-    raise ValueError(f"not a boolean: {value!r}")
+    raise ValueError(f"not a boolean: {short(value)}")
 
 
 def parse_bool_for(value: str, container: str) -> bool | None:
@@ -155,11 +175,11 @@ def parse_bool_for(value: str, container: str) -> bool | None:
     if not text.startswith("{"):
         return parse_bool(text)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ValueError(f"not a boolean nor an object of container names: {value!r}") from None
+        data = load_yaml(text, "annotation", max_depth=4, max_nodes=10_000)
+    except (InputError, yaml.YAMLError):
+        raise ValueError(f"not a boolean nor an object of container names: {short(value)}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"not a boolean nor an object of container names: {value!r}")
+        raise ValueError(f"not a boolean nor an object of container names: {short(value)}")
     entry = data.get(container)
     if entry is None:
         return None
@@ -220,6 +240,24 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
         pod_annotations=_ours(pod_annotations),
         container_annotations=_ours(container_annotations),
     )
+
+
+def workload_or_plain(**kwargs: Any) -> Workload:
+    """`workload(...)`; should that fail on what the pod or container carries (a bug
+    its annotations hit), the container as its CRI resources alone say, with one
+    warning: one odd pod must not stop a start-up, a reconcile or a placement."""
+    try:
+        return workload(**kwargs)
+    except Exception as e:  # any failure here is the annotations'
+        log.warning("%s/%s:%s: ignoring its annotations (%s: %s): placed by its CRI resources",
+                    kwargs.get("namespace"), kwargs.get("pod"), kwargs.get("container"), type(e).__name__,
+                    clip(str(e), 160))
+        return plain(**kwargs)
+
+
+def plain(**kwargs: Any) -> Workload:
+    """The container as its CRI resources say, without any annotation of the pod or its own."""
+    return workload(**{**kwargs, "pod_annotations": {}, "container_annotations": {}})
 
 
 def _ours(annotations: Mapping[str, str]) -> dict[str, str]:

@@ -13,30 +13,35 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import grpc
 import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, realcpuset, snapshot
+from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
-from cri_resmgr.engine.classes import ClassControl, ClassStats
+from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeCalls
 from cri_resmgr.engine.usage import NodeUsage, node_usage
-from cri_resmgr.policy.api import Assignment, Policy, PolicyError
+from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
 
 log = logging.getLogger(__name__)
+# An answer to what an operator did: never rate-limited (logsetup.Throttle).
+UNTHROTTLED = {"unthrottled": True}
 
 
 class Feed(Protocol):
@@ -94,6 +99,7 @@ class EngineStats:
     updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
     resizes: int = 0  # in-place resizes the policy re-decided
     resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
+    reload: snapshot.ReloadStats = snapshot.ReloadStats()  # the last configuration tried, and the last success
 
 
 
@@ -150,9 +156,11 @@ class Controller:
         self._alloc_lock = asyncio.Lock()
         self._policy_key: _PolicyKey | None = None
         self._reconciled = ReconcileStats()
+        self._reload = snapshot.ReloadStats()
         files = host_files if host_files is not None else HostRoot(settings.host_root)
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
+        self._classes_only: ClassesOnly | None = None  # the none policy's StartContainer, when there are classes
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -177,7 +185,7 @@ class Controller:
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
                            updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
-                           resizes=m.resizes, resizes_refused=m.resizes_refused)
+                           resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload)
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -194,14 +202,31 @@ class Controller:
         resmgr, topo = self._resmgr, self._topology
         if topo is not None and self._topology_summary is None:
             self._topology_summary = snapshot.summarise(topo)
+        cache = resmgr.cache if resmgr is not None else \
+            self._classes_only.cache if self._classes_only is not None else None
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
-                             resmgr.cache if resmgr is not None else None, self._topology_summary,
-                             self._config, self._settings.dry_run, classes=self._classes.of)
+                             cache, self._topology_summary,
+                             self._config, self._settings.dry_run, classes=self._classes.of,
+                             reload=self._reload)
+
+    async def current_state(self) -> snapshot.EngineState:
+        """`state()`, and under the none policy (no cache) the runtime's running containers
+        with their real cpusets, marked not managed (engine/unmanaged.py). On the event loop."""
+        state = self.state()
+        if self._resmgr is not None or self._runtime is None or self._config is None:
+            return state
+        try:
+            seen = await unmanaged.observe(self._runtime, self._cgroups)
+        except Exception as e:  # the runtime away: /state without them, /readyz says why
+            log.debug("cannot list the runtime's containers for /state: %s", _one_line(e))
+            return state
+        return replace(state, containers=seen)
 
     def container_classes(self, container_id: str) -> tuple[str | None, str | None]:
         """The (blockio, rdt) classes of a container, by the runtime's id (the NRI plugin's adjustment)."""
         resmgr = self._resmgr
-        c = resmgr.cache.by_id(container_id) if resmgr is not None else None
+        cache = resmgr.cache if resmgr is not None else None  # under the none policy it is not known yet
+        c = cache.by_id(container_id) if cache is not None else None
         return self._classes.choose(c) if c is not None else (None, None)
 
     def active_policy(self) -> Policy | None:
@@ -212,9 +237,10 @@ class Controller:
         if self._topology is None:
             t = self._topology = discover(self._settings.host_root)
             nodes = ", ".join(f"{n} ({t.node_cpus(n) or 'memory only'})" for n in t.node_ids())
-            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; packages %d",
+            packages = len(t.package_ids())
+            log.info("topology: CPUs online %s (%d), isolated %s, offline %s; NUMA nodes %s; %d package%s",
                      t.online, len(t.online), t.isolated or "none", t.offline or "none", nodes,
-                     len(t.package_ids()))
+                     packages, "" if packages == 1 else "s")
         return self._topology
 
     def reopen_dump(self) -> None:
@@ -246,6 +272,8 @@ class Controller:
         to do under the none policy. Raises what the runtime call raises."""
         resmgr = self._resmgr
         if resmgr is None:
+            if self._classes_only is not None:  # classes under the none policy
+                await self._classes_only.sync()
             return {"gone": 0, "adopted": 0, "resent": 0}
         r = self._reconciled
         try:
@@ -278,11 +306,12 @@ class Controller:
                     "agent configuration ignored")
         try:
             if modules:
-                await self.apply(parse_modules(modules, source, self._registry.names()))
+                await self.apply(await asyncio.to_thread(parse_modules, modules, source, self._registry.names()))
             else:  # no ConfigMap applies to this node: what the relay uses without an agent
                 await self.apply(sources.without_agent(self._settings, self._registry.names(), self._fallback))
         except ConfigError as e:
-            log.error("rejected configuration from %s: %s", source, e)
+            log.error("rejected configuration from %s: %s", source, e, extra=UNTHROTTLED)
+            self._reloaded(source, str(e))
             return str(e)
         sources.remember_agent_config(self._settings, modules)
         return None
@@ -294,25 +323,38 @@ class Controller:
             log.info("SIGHUP: no -force-config file to reload")
             return
         try:
-            await self.apply(parse_document(sources.read_config_file(path), path, self._registry.names()))
+            config = await asyncio.to_thread(
+                lambda: parse_document(sources.read_config_file(path), path, self._registry.names()))
+            await self.apply(config)
             log.info("SIGHUP: reloaded %s", path)
         except ConfigError as e:
-            log.error("SIGHUP: keeping the current configuration: %s", e)
+            log.error("SIGHUP: keeping the current configuration: %s", e, extra=UNTHROTTLED)
+            self._reloaded(path, str(e))
 
     async def apply(self, config: Config) -> None:
         async with self._apply_lock:
-            await self._apply(config)
+            try:
+                await self._apply(config)
+            except ConfigError as e:
+                self._reloaded(config.source, str(e))
+                raise
+            self._reloaded(config.source)
+
+    def _reloaded(self, source: str, error: str = "") -> None:
+        """Records the outcome of a configuration (metrics, /state): refused with `error`, else in force."""
+        now = time.time()
+        self._reload = snapshot.ReloadStats(ok=not error, at=now, source=source, error=error,
+                                   last_success_at=self._reload.last_success_at if error else now)
 
     async def _apply(self, config: Config) -> None:
         info = self._registry.lookup(config.policy.active or self._settings.policy)
         self._check_switch_allowed(config, info.name)
         # Build everything first; nothing in force changes until all of it is ready.
         classes = self._classes.prepare(config)  # RDT over-subscription is refused here
-        if info.factory is None and (config.blockio.classes or config.rdt.partitions):
-            log.warning("%s: block I/O and RDT classes are not enforced under the %s policy, which relays every "
-                        "call unchanged: choose a policy (policy.Active) to have them", config.source, info.name)
         key = _policy_key(info.name, config)
-        policy = self._build_policy(info, config) if key != self._policy_key else None
+        # Off the event loop: checking a configuration never holds up the calls being
+        # relayed (and every count in it is bounded by the node, so the check is short).
+        policy = await asyncio.to_thread(self._checked_policy, info, config, key != self._policy_key)
         new_dumper = self._build_dumper(config)
         if key != self._policy_key:
             try:
@@ -328,17 +370,40 @@ class Controller:
         self._config = config
         self._classes.switch(classes)
         if self._resmgr is not None:
+            self._classes_only = None
             await self._classes.sync(self._resmgr.cache)
+        else:
+            await self._classes_without_policy(config)
         log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
+
+    async def _classes_without_policy(self, config: Config) -> None:
+        """Under the none policy, classes need StartContainer alone: intercepted only when
+        the configuration has classes (without them, nothing is read)."""
+        wanted = bool(config.blockio.classes or config.rdt.partitions)
+        if wanted and self._classes_only is None:
+            self._classes_only = ClassesOnly(self._classes, self._runtime, config.policy.reserved_namespaces)
+            self._feed.reconfigure(interceptors=self._classes_only.interceptors())
+        if self._classes_only is not None:
+            try:
+                await self._classes_only.sync()  # without classes: clears what the last ones wrote
+            except grpc.aio.AioRpcError as e:  # the runtime away: the reconcile and each start try again
+                log.warning("block I/O and RDT classes: cannot list the runtime's containers: %s", e.details())
+        if not wanted and self._classes_only is not None:
+            self._classes_only = None
+            self._feed.reconfigure(interceptors={})
 
     def _check_switch_allowed(self, config: Config, name: str) -> None:
         if self._config is not None and self._settings.disable_policy_switch and name != self._policy_name:
             raise ConfigError(f"{config.source}: policy.Active: switching from {self._policy_name} to "
                               f"{name} is disabled (-disable-policy-switch)")
 
-    def _build_policy(self, info: PolicyInfo, config: Config) -> Policy | None:
-        """The policy the configuration asks for; None for one that decides nothing."""
-        return build_policy(info, config, self.topology)
+    def _checked_policy(self, info: PolicyInfo, config: Config, build: bool) -> Policy | None:
+        """The policy the configuration asks for when `build` (None for one that decides
+        nothing, or when not `build`), after every other policy section it gives is
+        checked on this node too (`check_sections`)."""
+        policy = build_policy(info, config, self.topology) if build else None
+        check_sections(self._registry, config, info.name, self.topology)
+        return policy
 
     def _build_dumper(self, config: Config) -> Dumper | None:
         """The dumper the configuration asks for: the one in force when its dump settings are unchanged."""
@@ -385,13 +450,24 @@ class Controller:
             # leaves the old manager in force, saves and all.
             try:
                 resmgr.restore(saved, live=old is not None)
-            except PolicyError as e:
+            except Exception as e:
                 if old is not None:
                     raise
                 # At start-up policies place best-effort; one that still refuses (a state
-                # it cannot read back) gets every container anew: the relay must serve.
-                log.error("cannot restore the saved allocations (%s): placing every container anew", e)
-                resmgr.restore(None)
+                # it cannot read back, a pod it trips over) gets every container anew,
+                # and failing that, every container by its CRI resources alone: the
+                # relay must serve, whatever pods the node runs.
+                log.error("cannot restore the saved allocations (%s: %s): placing every container anew",
+                          type(e).__name__, clip(str(e), 200))
+                try:
+                    resmgr.restore(None)
+                except Exception as again:
+                    log.error("cannot place the containers as they are (%s: %s): placing them by their "
+                              "CRI resources, without their annotations", type(again).__name__,
+                              clip(str(again), 200))
+                    for c in cache:
+                        c.workload = replace(c.workload, pod_annotations={}, container_annotations={})
+                    resmgr.restore(None)
             if old is not None:
                 old.retire()
             self._resmgr = resmgr
@@ -445,9 +521,11 @@ class Controller:
             self._dumper = None
 
 
-def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topology]) -> Policy | None:
+def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topology],
+                 quiet: bool = False) -> Policy | None:
     """The policy `config` asks for on this hardware (None for one that decides nothing);
-    raises ConfigError naming what is wrong. `-print-config` checks a configuration with it."""
+    raises ConfigError naming what is wrong. `-print-config` checks a configuration with it.
+    `quiet`: only checked (a section of a policy not in force), not logged."""
     if info.factory is None:
         return None
     try:
@@ -459,9 +537,22 @@ def build_policy(info: PolicyInfo, config: Config, topology: Callable[[], Topolo
         raise ConfigError(f"{config.source}: {e}") from None
     # Anything else (a TypeError above all) is a bug in the policy and propagates
     # as one, rather than being reported as a rejected configuration.
-    log.info("policy %s (configuration from %s): available CPUs %s, reserved %s",
-             info.name, config.source, context.available, context.reserved or "none")
+    if not quiet:
+        log.info("policy %s (configuration from %s): available CPUs %s, reserved %s",
+                 info.name, config.source, context.available, context.reserved or "none")
     return policy
+
+
+def check_sections(registry: Registry, config: Config, active: str, topology: Callable[[], Topology]) -> None:
+    """Builds, on this node, the policy of every section the configuration gives but
+    the active one (built anyway): a mistake in a policy not in force (an unknown
+    key, MinCPUs past the node's CPUs) is refused now, naming the key, rather than
+    found when that policy is switched to, maybe at a restart. ConfigError if not."""
+    for name in sorted(config.policy.sections):
+        info = registry.lookup(name)
+        if info.name == active or info.factory is None:
+            continue
+        build_policy(info, config, topology, quiet=True)
 
 
 def _one_line(e: Exception) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.engine.runtime import RuntimeCalls
 
@@ -97,7 +98,8 @@ class Enforcer:
         self._idle.clear()
         self._wakeup.set()
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="enforcer")
+            self._task = supervise.watched(asyncio.get_running_loop().create_task(self._run(), name="enforcer"),
+                                           "container updates")
 
     async def flush(self) -> None:
         """Waits until everything submitted so far has been sent or given up on."""

@@ -9,6 +9,7 @@ allocation released if the runtime refuses it. Passthrough calls never see it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +20,9 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
 from cri_resmgr.engine import adopt, classify, describe, exits, messages, realcpuset, resize, timers
@@ -28,7 +31,7 @@ from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
 from cri_resmgr.policy import resize as policy_resize
-from cri_resmgr.policy.api import Assignment, Policy, ResizeError, Resources, Workload
+from cri_resmgr.policy.api import Assignment, Decision, Policy, ResizeError, Resources, Workload
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 
@@ -197,10 +200,7 @@ class ResourceManager:
         key = f"{m.pod_sandbox_id}:{cfg.metadata.name}:{cfg.metadata.attempt}"
         pod = self._cache.pods.get(m.pod_sandbox_id) or self._pod_from(m.pod_sandbox_id, m.sandbox_config)
         res = cfg.linux.resources
-        try:
-            w = self._workload(key, pod, m)
-        except Exception as e:  # classification bugs must not fail the kubelet
-            return await self._policy_failed(req, f"{pod.namespace}/{pod.name}:{cfg.metadata.name}", e)
+        w = self._workload(key, pod, m)
 
         async with self._lock:
             old = self._cache.containers.get(key)
@@ -209,10 +209,7 @@ class ResourceManager:
                 changed |= self._release(old)
                 self._cache.remove_container(key)
             try:
-                t0 = time.perf_counter_ns()
-                decision = self._policy.allocate(w)
-                self._decision_latency.observe_ns(time.perf_counter_ns() - t0)
-                self._counts.decisions += 1
+                decision, w = self._allocate(w, lambda: self._workload(key, pod, m, plain=True))
             except Exception as e:
                 self._sync(changed, f"the policy's failure on {w}")
                 return await self._policy_failed(req, str(w), e)
@@ -249,9 +246,34 @@ class ResourceManager:
             self._timer.rearm()
         return reply
 
-    def _workload(self, key: str, pod: PodRecord, m: pb.CreateContainerRequest) -> Workload:
+    def _allocate(self, w: Workload, plain: Callable[[], Workload]) -> tuple[Decision, Workload]:
+        """The policy's decision for `w` (lock held). Should the policy fail on it, the
+        container is placed again as its CRI resources alone say (`plain`), with one
+        warning, rather than left to run untracked on CPUs another may own exclusively;
+        the policy's failure on that too is raised."""
+        try:
+            return self._decided(w), w
+        except Exception as e:
+            bare = plain()
+            if bare == w:
+                raise
+            self._counts.policy_errors += 1
+            log.warning("policy %s failed on %s (%s: %s); placing it by its CRI resources, without "
+                        "its annotations", self._policy_name, w, type(e).__name__, clip(str(e), 160))
+            return self._decided(bare), bare
+
+    def _decided(self, w: Workload) -> Decision:
+        t0 = time.perf_counter_ns()
+        decision = self._policy.allocate(w)
+        self._decision_latency.observe_ns(time.perf_counter_ns() - t0)
+        self._counts.decisions += 1
+        return decision
+
+    def _workload(self, key: str, pod: PodRecord, m: pb.CreateContainerRequest, plain: bool = False) -> Workload:
+        """The container as the policy sees it; `plain`: by its CRI resources alone."""
         cfg, res = m.config, m.config.linux.resources
-        return classify.workload(
+        build = classify.plain if plain else classify.workload_or_plain
+        return build(
             key=key, namespace=pod.namespace, pod=pod.name, container=cfg.metadata.name,
             cgroup_parent=pod.cgroup_parent or m.sandbox_config.linux.cgroup_parent,
             pod_annotations=pod.annotations or dict(m.sandbox_config.annotations),
@@ -363,10 +385,9 @@ class ResourceManager:
                      describe.Placement(self._policy.assignment(c.key), decision.resources))
         return set(decision.others)
 
-    def _placed_now(self) -> list[tuple[Workload, Assignment | None]]:
+    def _placed_now(self) -> list[Workload]:
         """Every container the policy holds, as the cache knows it (for policy/resize.py)."""
-        return [(r.workload, self._policy.assignment(r.key)) for r in self._cache
-                if not r.released and self._policy.resources(r.key) is not None]
+        return [r.workload for r in self._cache if not r.released and self._policy.resources(r.key) is not None]
 
     async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool) -> None:
         """The runtime refused a resizing update: the container keeps its old size
@@ -482,11 +503,12 @@ class ResourceManager:
 
     async def _policy_failed(self, req: Request, who: str, error: Exception) -> pb.CreateContainerResponse:
         self._counts.policy_errors += 1
+        why = clip(str(error), 200)
         if self._options.fail_closed:
-            log.error("policy %s failed on %s (fail-closed): %s", self._policy_name, who, error)
-            raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self._policy_name}: {error}")
+            log.error("policy %s failed on %s (fail-closed): %s", self._policy_name, who, why)
+            raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self._policy_name}: {why}")
         log.error("policy %s failed on %s: %s; forwarding the request unchanged (fail-open)",
-                  self._policy_name, who, error)
+                  self._policy_name, who, why)
         return await messages.forward(req, req.message, pb.CreateContainerResponse)
 
     def _placed(self, w: Workload, r: Resources) -> None:
@@ -522,7 +544,8 @@ class ResourceManager:
         self._cache.settle(placed, self._policy.assignment)
         self._dirty = True
         if self._save_task is None or self._save_task.done():
-            self._save_task = asyncio.get_running_loop().create_task(self._save_later(), name="state-save")
+            self._save_task = supervise.watched(
+                asyncio.get_running_loop().create_task(self._save_later(), name="state-save"), "state save")
 
     async def _save_later(self) -> None:
         while True:
@@ -671,13 +694,15 @@ class ResourceManager:
 
     def _adopt(self, record: ContainerRecord) -> set[str]:
         """Places a running container the relay did not know (lock held); returns the keys to sync."""
+        w = record.workload
         try:
-            decision = self._policy.allocate(record.workload)
+            decision, record.workload = self._allocate(w, lambda: dataclasses.replace(
+                w, pod_annotations={}, container_annotations={}))
         except Exception as e:  # one odd container must not stop the reconcile
             self._counts.policy_errors += 1
-            log.error("policy %s failed on adopting %s: %s", self._policy_name, record.workload, e)
+            log.error("policy %s failed on adopting %s: %s: %s", self._policy_name, record.workload,
+                      type(e).__name__, clip(str(e), 160))
             return set()
-        self._counts.decisions += 1
         self._cache.add_container(record)
         if decision.warning:
             self._denied(record.workload, decision.warning)
@@ -699,13 +724,14 @@ class ResourceManager:
             a = saved_assignments.get(c.key) if saved_assignments is not None else None
             items.append((c.workload, a))
         decision = self._policy.restore(items, live=live)
-        for w, _ in items:
+        for w, was in items:
             # The policy's warnings name each container with its key in parentheses.
             if decision.warning and f"({w.key})" in decision.warning:
                 self._denied(w, "not enough free CPUs when its allocation was restored")
             r = self._policy.resources(w.key)
-            if r is not None:
-                log.info("restored %s: %s", w, describe.Placement(self._policy.assignment(w.key), r))
+            if r is not None:  # "adopted": found running with nothing saved for it (new to the relay)
+                log.info("%s %s: %s", "restored" if was is not None else "adopted", w,
+                         describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force

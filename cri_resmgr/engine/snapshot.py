@@ -45,6 +45,7 @@ class ContainerState:
     mems: str | None
     blockio_class: str | None = None
     rdt_class: str | None = None
+    managed: bool = True  # False: seen running under the none policy, which decides nothing
 
     def to_document(self) -> dict[str, Any]:
         return {"id": self.id, "namespace": self.namespace, "pod": self.pod, "name": self.name,
@@ -53,7 +54,7 @@ class ContainerState:
                 "limits": {"cpu_milli": self.cpu_limit, "memory_bytes": self.memory_limit},
                 "pool": self.pool, "exclusive_cpus": str(self.exclusive), "shared_cpus": str(self.shared),
                 "cpus": str(self.exclusive | self.shared), "mems": self.mems,
-                "blockio_class": self.blockio_class, "rdt_class": self.rdt_class}
+                "blockio_class": self.blockio_class, "rdt_class": self.rdt_class, "managed": self.managed}
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,21 @@ class TopologySummary:
 
 
 @dataclass(frozen=True)
+class ReloadStats:
+    """The last configuration applied or refused (at start-up, a push of the agent, SIGHUP)."""
+
+    ok: bool | None = None  # None: none tried yet
+    at: float = 0.0  # when (Unix time)
+    source: str = ""  # where it came from
+    error: str = ""  # why it was refused; what was in force stays
+    last_success_at: float = 0.0  # the last one that went into force (0: none yet)
+
+    def to_document(self) -> dict[str, object]:
+        return {"ok": self.ok, "at": self.at, "source": self.source, "error": self.error or None,
+                "last_success_at": self.last_success_at or None}
+
+
+@dataclass(frozen=True)
 class EngineState:
     policy: str
     dry_run: bool
@@ -85,12 +101,14 @@ class EngineState:
     containers: tuple[ContainerState, ...]
     # Every pool as the policy reports it (kind, parent, members...: balloons, a pool tree).
     pool_usage: tuple[PoolUsage, ...] = ()
+    reload: ReloadStats = ReloadStats()
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
                                                    "document": self.config.to_document()}
         return {"format": FORMAT, "version": VERSION, "policy": self.policy, "dry_run": self.dry_run,
-                "config": config, "topology": None if self.topology is None else self.topology.to_document(),
+                "config": config, "reload": self.reload.to_document(),
+                "topology": None if self.topology is None else self.topology.to_document(),
                 "pools": {name: str(cpus) for name, cpus in self.pools},
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
                 "containers": [c.to_document() for c in self.containers]}
@@ -121,7 +139,8 @@ def summarise(topo: Topology) -> TopologySummary:
 
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool,
-         classes: Callable[[str], tuple[str | None, str | None]] | None = None) -> EngineState:
+         classes: Callable[[str], tuple[str | None, str | None]] | None = None,
+         reload: ReloadStats | None = None) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
     `classes`: a container's (blockio, rdt) classes by its key."""
     usage = policy.usage() if policy is not None else None
@@ -144,7 +163,7 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),
-                       pool_usage=usage.pools if usage is not None else ())
+                       pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats())
 
 
 def _known(value: int) -> int | None:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from cri_resmgr import supervise
+
 log = logging.getLogger(__name__)
 
 __all__ = ["PolicyTimer"]
@@ -59,7 +61,8 @@ class PolicyTimer:
     def _start(self) -> None:
         self._handle = None
         self._armed_for = None
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="policy-timer")
+        self._task = supervise.watched(asyncio.get_running_loop().create_task(self._run(), name="policy-timer"),
+                                       "policy timer")
 
     async def _run(self) -> None:
         try:

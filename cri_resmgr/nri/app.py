@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from cri_resmgr import __version__, health, metrics, statelock
+from cri_resmgr import __version__, health, metrics, statelock, supervise
 from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
@@ -40,6 +40,7 @@ DEFAULT_PLUGIN_NAME = "cri-resmgr"
 DEFAULT_PLUGIN_INDEX = "90"
 # How long after Configure a Synchronize is waited for before the plugin says it got none.
 SYNC_GRACE = 5.0
+FREEZE_DELAY = 0.1  # after the reply that ends start-up has gone out
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class NriSettings:
 def _on_sighup(controller: Controller) -> None:
     """SIGHUP: re-read -force-config and reopen the dump file."""
     controller.reopen_dump()
-    asyncio.ensure_future(controller.reload_forced())
+    supervise.watched(asyncio.ensure_future(controller.reload_forced()), "SIGHUP reload")
 
 
 def _freeze_start_up() -> None:
@@ -86,6 +87,7 @@ class Synchronizer:
         self._tasks: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
         self._adopting: asyncio.Future[None] | None = None
         self.activated_after: float | None = None  # seconds from Configure to active, for metrics and bench
+        self._frozen = False
 
     def _take_runtime_config(self) -> None:
         text = self._runtime_config()
@@ -112,7 +114,6 @@ class Synchronizer:
             return
         self.activated_after = time.monotonic() - t0
         log.info("policy %s active (%.0f ms after Configure)", self._c.policy_name, self.activated_after * 1000)
-        _freeze_start_up()
         self._spawn(self._expect_synchronize())
 
     async def __call__(self) -> None:
@@ -123,9 +124,19 @@ class Synchronizer:
                 return
         counts = await self._c.reconcile()
         log.info("synchronized: %(gone)d containers gone meanwhile, %(adopted)d adopted", counts)
+        self._freeze_soon()
+
+    def _freeze_soon(self) -> None:
+        """Once, after what start-up adopted is in place (the first Synchronize, or the
+        grace without one), and not in a hook's reply time: a full collection of the
+        start-up objects takes tens of ms."""
+        if not self._frozen:
+            self._frozen = True
+            asyncio.get_running_loop().call_later(FREEZE_DELAY, _freeze_start_up)
 
     async def _expect_synchronize(self) -> None:
         await asyncio.sleep(self._grace)
+        self._freeze_soon()
         if self._runtime.listing_complete:
             return
         log.warning("no Synchronize from %s %s within %gs of Configure (NRI before v0.7 sends none to plugins "
@@ -252,7 +263,7 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
             return 1
     reconciling = None
     if settings.reconcile_period > 0:
-        reconciling = asyncio.ensure_future(_reconcile_every(controller, settings.reconcile_period))
+        reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
     shutdown = asyncio.ensure_future(_stop_on_shutdown(hooks.shutdown, plugin, stop, nri.handed_fd is not None))
     code = await plugin.run(stop)
     log.info("shutting down")

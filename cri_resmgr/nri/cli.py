@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point. Usage errors are one line on stderr and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags}),
+        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags},
+                                                       relay_cli.path_flags(COMMAND)),
                                          relay_cli.LOGGER_DEBUG.name)
     except OptionFileError as e:
         sys.exit(COMMAND.report(flags.UsageError(str(e))))
@@ -103,6 +104,7 @@ def _run(values: flags.Values) -> int:
         if values[relay_cli.PRINT_CONFIG]:
             print(printconfig.render(settings, config, registry))
             return 0
+        printconfig.check(settings, config, registry)  # a bad value exits 2 before the runtime is met
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
     debug = logsetup.setup(settings.logger_debug)

@@ -245,6 +245,8 @@ class NriRuntime:
             reply = self._container_status(request.container_id)
         else:
             raise rpc_error(grpc.StatusCode.UNIMPLEMENTED, f"{path} is not available under NRI")
+        if isinstance(reply, reply_type):  # the engine's own message types: no copy needed
+            return reply
         return reply_type.FromString(reply.SerializeToString())
 
     def _cri_pod(self, p: api.PodSandbox) -> pb.PodSandbox:

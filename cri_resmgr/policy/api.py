@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.usage import PolicyUsage
 from cri_resmgr.topology import Topology
@@ -106,7 +107,7 @@ class Assignment:
     def from_json(cls, data: Mapping[str, Any]) -> Assignment:
         details = data.get("details") or {}
         if not isinstance(details, Mapping):
-            raise ValueError(f"assignment details: expected an object, got {details!r}")
+            raise ValueError(f"assignment details: expected an object, got {short(details)}")
         return cls(pool=str(data["pool"]), exclusive=CPUSet.parse(str(data.get("exclusive", ""))),
                    details=dict(details))
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.api import PolicyContext
 from cri_resmgr.policy.quantity import parse_cpu_milli
@@ -58,10 +59,10 @@ def build_context(
         * an int, a float or a Kubernetes CPU quantity string ("2", "500m",
           "1500m") is a COUNT, rounded up to whole CPUs; the CPUs are picked
           from the available ones by the topology-aware CPUAllocator;
-        * a string prefixed "cpuset:" ("cpuset:0-1", "cpuset:3") or one with
-          a ',' or a '-' after its first character ("0-1", "0,4") is an
-          explicit CPU SET.  A single CPU needs the prefix: "3" means three
-          CPUs, "cpuset:3" means CPU 3.
+        * a string prefixed "cpuset:" ("cpuset:0-1", "cpuset:3") is an
+          explicit CPU SET.  Nothing else is: "3" means three CPUs, and "2-3"
+          (no quantity, and no cpuset without the prefix) is refused, so that
+          a typo never silently changes a count into a set.
         None or absent: no reserved CPUs.
     options -- the policy's own option section, passed on as is.
 
@@ -77,7 +78,7 @@ def build_context(
     if options is None:
         options = {}
     if not isinstance(options, Mapping):
-        raise ConfigValueError(f"policy options: expected a mapping, got {options!r}")
+        raise ConfigValueError(f"policy options: expected a mapping, got {short(options)}")
     return PolicyContext(
         topology=topology, available=avail, reserved=res, options=MappingProxyType(dict(options))
     )
@@ -90,11 +91,11 @@ def parse_available_cpus(value: Any, topology: Topology, key: str = f"{AVAILABLE
         return online
     if not isinstance(value, str):
         raise ConfigValueError(
-            f"{key}: expected a cpuset such as 'cpuset:0-7', got {value!r}"
+            f"{key}: expected a cpuset such as 'cpuset:0-7', got {short(value)}"
         )
     cpus = _parse_cpuset(value, key)
     if not cpus:
-        raise ConfigValueError(f"{key}: empty cpuset {value!r}")
+        raise ConfigValueError(f"{key}: empty cpuset {short(value)}")
     missing = cpus - online
     if missing:
         raise ConfigValueError(f"{key}: CPUs {missing} are not online (online: {online})")
@@ -108,8 +109,8 @@ def parse_reserved_cpus(
     if value is None:
         return CPUSet()
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigValueError(f"{key}: expected a CPU count or a cpuset, got {value!r}")
-    if isinstance(value, str) and _looks_like_cpuset(value):
+        raise ConfigValueError(f"{key}: expected a CPU count or a cpuset, got {short(value)}")
+    if isinstance(value, str) and value.strip().startswith(CPUSET_PREFIX):
         cpus = _parse_cpuset(value, key)
         outside = cpus - available
         if outside:
@@ -120,6 +121,10 @@ def parse_reserved_cpus(
         try:
             milli = parse_cpu_milli(value)
         except ValueError as err:
+            if isinstance(value, str) and _looks_like_cpuset(value):
+                raise ConfigValueError(f"{key}: {short(value)} is not a CPU quantity; a set of CPUs is "
+                                       f"written with the prefix, as in {short(CPUSET_PREFIX + value.strip())}") \
+                    from None
             raise ConfigValueError(f"{key}: {err}") from None
         count = -(-milli // 1000)
         if count > len(available):
@@ -144,13 +149,14 @@ def _section_value(section: Any, section_key: str) -> tuple[str, Any]:
         if isinstance(name, str) and name.lower() == "cpu":
             cpu_key, value = name, item
         else:
-            raise ConfigValueError(f"{section_key}.{name}: unknown resource (known: CPU)")
+            raise ConfigValueError(f"{section_key}.{clip(str(name), 30)}: unknown resource (known: CPU)")
     return f"{section_key}.{cpu_key}", value
 
 
 def _looks_like_cpuset(text: str) -> bool:
+    """A CPU list without its prefix ("0-1", "0,4"): named in the error that refuses it."""
     body = text.strip()
-    return body.startswith(CPUSET_PREFIX) or "," in body or "-" in body[1:]
+    return "," in body or "-" in body[1:]
 
 
 def _parse_cpuset(text: str, key: str) -> CPUSet:

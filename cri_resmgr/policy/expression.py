@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.api import Workload
 
@@ -92,16 +93,16 @@ def resolve(w: Workload, key: str) -> str | None:
 def parse(data: Any, where: str = "expression") -> Expression:
     """One expression from its mapping form; raises ExpressionError naming `where`."""
     if not isinstance(data, Mapping):
-        raise ExpressionError(f"{where}: expected a mapping with key, operator and values, got {data!r}")
+        raise ExpressionError(f"{where}: expected a mapping with key, operator and values, got {short(data)}")
     unknown = sorted(set(map(str, data)) - {"key", "operator", "values", "op"})
     if unknown:
-        raise ExpressionError(f"{where}: unknown field {unknown[0]!r} (known: key, operator, values)")
+        raise ExpressionError(f"{where}: unknown field {short(unknown[0])} (known: key, operator, values)")
     op = data.get("operator", data.get("op"))
     if not isinstance(op, str) or not op:
         raise ExpressionError(f"{where}.operator: missing (one of {', '.join(_OPERATORS)})")
     op = _ALIASES.get(op, op)
     if op not in _OPERATORS:
-        raise ExpressionError(f"{where}.operator: unknown operator {op!r} (one of {', '.join(_OPERATORS)})")
+        raise ExpressionError(f"{where}.operator: unknown operator {short(op)} (one of {', '.join(_OPERATORS)})")
     key = data.get("key", "")
     if op != "AlwaysTrue" and (not isinstance(key, str) or not key):
         raise ExpressionError(f"{where}.key: missing (a label name, or name, namespace, pod, qosclass)")
@@ -113,7 +114,7 @@ def parse(data: Any, where: str = "expression") -> Expression:
     elif isinstance(raw, Sequence):
         values = tuple(_text(v, where) for v in raw)
     else:
-        raise ExpressionError(f"{where}.values: expected a list of strings, got {raw!r}")
+        raise ExpressionError(f"{where}.values: expected a list of strings, got {short(raw)}")
     want = _OPERATORS[op][0]
     if want is None and not values:
         raise ExpressionError(f"{where}.values: operator {op} needs at least one value")
@@ -129,7 +130,7 @@ def parse_list(data: Any, where: str = "expressions") -> tuple[Expression, ...]:
     if isinstance(data, Mapping):
         return (parse(data, where),)
     if not isinstance(data, Sequence) or isinstance(data, str):
-        raise ExpressionError(f"{where}: expected a list of expressions, got {data!r}")
+        raise ExpressionError(f"{where}: expected a list of expressions, got {short(data)}")
     return tuple(parse(item, f"{where}[{i}]") for i, item in enumerate(data))
 
 
@@ -139,4 +140,4 @@ def _text(v: Any, where: str) -> str:
         return "true" if v else "false"
     if isinstance(v, str | int | float):
         return str(v)
-    raise ExpressionError(f"{where}.values: {v!r} is not a string")
+    raise ExpressionError(f"{where}.values: {short(v)} is not a string")

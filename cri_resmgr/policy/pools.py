@@ -25,6 +25,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
@@ -249,7 +250,7 @@ def option_bool(options: Mapping[str, object], name: str, section: str, default:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ConfigValueError(f"policy.{section}.{name}: expected true or false, got {value!r}")
+    raise ConfigValueError(f"policy.{section}.{name}: expected true or false, got {short(value)}")
 
 
 def check_options(options: Mapping[str, object], known: Iterable[str], section: str) -> None:
@@ -258,7 +259,7 @@ def check_options(options: Mapping[str, object], known: Iterable[str], section: 
     for name in options:
         if name not in known:
             raise ConfigValueError(
-                f"policy.{section}.{name}: unknown option (known: {', '.join(known) or 'none'})"
+                f"policy.{section}.{clip(str(name), 30)}: unknown option (known: {', '.join(known) or 'none'})"
             )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from cri_resmgr.bounded import short
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.policy.api import Policy, PolicyContext
 
@@ -39,7 +40,7 @@ class Registry:
         try:
             return self._table[name]
         except KeyError:
-            raise UnknownPolicy(f"unknown policy {name!r} (available: {', '.join(self.names())})") from None
+            raise UnknownPolicy(f"unknown policy {short(name)} (available: {', '.join(self.names())})") from None
 
     def names(self) -> list[str]:
         return sorted(self._table)

@@ -18,8 +18,7 @@ from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, Resiz
 __all__ = ["resize"]
 
 
-def resize(policy: Policy, workload: Workload,
-           placed: Callable[[], list[tuple[Workload, Assignment | None]]]) -> Decision:
+def resize(policy: Policy, workload: Workload, placed: Callable[[], list[Workload]]) -> Decision:
     """The policy's decision for `workload` (a placed container with new requests).
     `placed()`: every container the policy holds, as it holds them now (the resized
     one with its old workload), asked for only when the policy is not Resizable.
@@ -29,10 +28,10 @@ def resize(policy: Policy, workload: Workload,
     return by_replacing(policy, workload, placed())
 
 
-def by_replacing(policy: Policy, workload: Workload, placed: list[tuple[Workload, Assignment | None]]) -> Decision:
+def by_replacing(policy: Policy, workload: Workload, placed: list[Workload]) -> Decision:
     """Release and allocate; on a refusal the policy's state is restored from `placed`
     (every container it holds, with its old workload) and the assignments it had."""
-    before = dict(policy.assignments())
+    before = dict(policy.assignments())  # its own objects: no copy of what they hold
     released = policy.release(workload.key)
     try:
         decision = policy.allocate(workload)
@@ -47,7 +46,6 @@ def by_replacing(policy: Policy, workload: Workload, placed: list[tuple[Workload
     return Decision(decision.resources, others)
 
 
-def _put_back(policy: Policy, placed: list[tuple[Workload, Assignment | None]],
-              before: dict[str, Assignment]) -> None:
+def _put_back(policy: Policy, placed: list[Workload], before: dict[str, Assignment]) -> None:
     # Every assignment was valid a moment ago, so a restore keeps each one as it was.
-    policy.restore([(w, before.get(w.key)) for w, _ in placed], live=False)
+    policy.restore([(w, before.get(w.key)) for w in placed], live=False)

@@ -31,10 +31,12 @@ from cri_resmgr.engine.resmgr import Options, ResourceManager
 from cri_resmgr.policy.api import Resources
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.policy.usage import PoolUsage
 from cri_resmgr.simulate.calls import Call
 from cri_resmgr.simulate.invariants import Checker
 from cri_resmgr.simulate.recording import Event, RecordingPolicy
 from cri_resmgr.topology import Topology
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import InterceptError, Request
 
 __all__ = ["Step", "Outcome", "SimulationError", "simulate"]
@@ -57,6 +59,10 @@ class Step:
     updates: dict[str, Resources]  # container key -> what it would be told now
     messages: list[str] = field(default_factory=list)  # the engine's warnings and errors during the call
     failed: str = ""  # the runtime's recorded error for the call
+    # After the call, each pool (balloon) its decisions and updates name: its CPUs, the
+    # CPUs exclusive to containers in it, what its shared containers run on (kept steps only).
+    pools: dict[str, PoolUsage] = field(default_factory=dict)
+    placed_in: dict[str, str] = field(default_factory=dict)  # updated container key -> its pool then
 
 
 @dataclass
@@ -81,6 +87,8 @@ class Outcome:
     # the wall clock figures above, not these).
     decision_cpu_ns: list[int] = field(default_factory=list)
     call_cpu_ns: list[int] = field(default_factory=list)
+    available: CPUSet = field(default_factory=CPUSet)  # the CPUs the policy may use
+    reserved: CPUSet = field(default_factory=CPUSet)  # of those, the reserved ones (from the start)
 
 
 class _Capture(logging.Handler):
@@ -103,8 +111,8 @@ def simulate(calls: Sequence[Call], topology: Topology, config: Config, policy_n
     info = registry.lookup(config.policy.active or policy_name)
     try:
         inner = build_policy(info, config, lambda: topology)
-        available = build_context(topology, available=config.policy.available_cpu,
-                                  reserved=config.policy.reserved_cpu).available
+        context = build_context(topology, available=config.policy.available_cpu,
+                                reserved=config.policy.reserved_cpu)
     except ValueError as e:  # ConfigError: the configuration does not fit this machine
         raise SimulationError(str(e)) from None
     if inner is None:
@@ -113,7 +121,9 @@ def simulate(calls: Sequence[Call], topology: Topology, config: Config, policy_n
     policy = RecordingPolicy(inner)
     cache = Cache(None)
     options = Options(fail_closed=config.policy.fail_closed, reserved_namespaces=config.policy.reserved_namespaces)
-    checker = Checker(topology, available, inner, cache)
+    # (balloons: a balloon's containers share its CPUs by design; the policy's
+    # expects_isolation says which Guaranteed ones are dedicated and must not.)
+    checker = Checker(topology, context.available, inner, cache, reserved=context.reserved)
     capture = _Capture()
     engine_log = logging.getLogger("cri_resmgr")
     old_level, old_propagate = engine_log.level, engine_log.propagate
@@ -134,7 +144,8 @@ async def _run(calls: Sequence[Call], name: str, policy: RecordingPolicy, cache:
                check_every: int, progress: Callable[[int], None] | None) -> Outcome:
     resmgr = ResourceManager(name, policy, cache, None, asyncio.Lock(), options)
     table = resmgr.interceptors()
-    out = Outcome(name, policy, cache, topology, config, len(calls), 0, [], [], [], 0.0, 0, [], [], checker, 0)
+    out = Outcome(name, policy, cache, topology, config, len(calls), 0, [], [], [], 0.0, 0, [], [], checker, 0,
+                  available=checker.available, reserved=checker.reserved)
     told: dict[str, Resources] = {}  # what each container was last given, as the relay tracks it
     t_start = time.perf_counter()
     for index, call in enumerate(calls, 1):
@@ -155,7 +166,10 @@ async def _run(calls: Sequence[Call], name: str, policy: RecordingPolicy, cache:
         events = policy.take()
         updates = _updates(events, cache, policy, told)
         if events or updates or capture.lines or (failed and keep_steps):
-            _note(out, Step(index, call.where, call.method, events, updates, capture.lines, failed), keep_steps)
+            step = Step(index, call.where, call.method, events, updates, capture.lines, failed)
+            if keep_steps:
+                _pools_after(step, policy)
+            _note(out, step, keep_steps)
             capture.lines = []
         checker.after_call(f"call {index} ({call.where})", events)
         if check_every and index % check_every == 0:
@@ -204,6 +218,18 @@ def _updates(events: list[Event], cache: Cache, policy: RecordingPolicy,
         told[key] = target
         out[key] = target
     return out
+
+
+def _pools_after(step: Step, policy: RecordingPolicy) -> None:
+    """The pools the step's decisions and updates name, as they are after it: a tool judges
+    each step from the report alone."""
+    for key in step.updates:
+        a = policy.assignment(key)
+        if a is not None:
+            step.placed_in[key] = a.pool
+    named = {e.assignment.pool for e in step.events if e.assignment is not None} | set(step.placed_in.values())
+    if named:
+        step.pools = {p.name: p for p in policy.usage().pools if p.name in named}
 
 
 def _note(out: Outcome, step: Step, keep: bool) -> None:

@@ -12,7 +12,19 @@ others it moved are the ones last seen (the full passes ask for every container)
 * a released container holds nothing; the policy holds no container the engine does
   not know alive (no leak);
 * the pools the policy reports keep exclusive CPUs out of the shared pool and out of
-  the free exclusive-capable ones.
+  the free exclusive-capable ones;
+* memory on the CPUs' nodes: a cpuset.mems with ordinary memory holds, for each NUMA node
+  of the container's CPUs, that node (a CPU-only node: one of its nearest nodes with
+  memory), so the kernel allocates locally first (one asking only for PMEM/HBM is free to);
+* no SMT core split while whole cores were free: a new container's exclusive CPUs do not
+  take a core's worth of threads from cores they leave half taken (their siblings free)
+  while another core, wholly free before (no exclusive CPU, not reserved, of the same
+  kind: isolated or not) in the same NUMA node and L3 group, stayed out of them;
+* no Guaranteed container sharing CPUs when the requests fit (judged when it is decided
+  on, created or resized): a Guaranteed container with
+  whole CPUs (not prefer-shared, not on the reserved CPUs) holds that many exclusive CPUs
+  whenever the CPU requests of all live containers, the shared ones rounded up to whole
+  CPUs and at least one, fit the available CPUs that are neither reserved nor isolated.
 """
 
 from __future__ import annotations
@@ -21,7 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cri_resmgr.engine.cache import Cache
-from cri_resmgr.policy.api import Policy, Resources
+from cri_resmgr.policy.api import Policy, QoS, Resources, Workload
+from cri_resmgr.policy.pools import memory_nodes
 from cri_resmgr.simulate.recording import Event
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
@@ -38,6 +51,10 @@ class Checker:
     available: CPUSet
     policy: Policy
     cache: Cache
+    reserved: CPUSet = field(default_factory=CPUSet)
+    # Check that Guaranteed containers with whole CPUs get them exclusive when the
+    # requests fit (a policy whose containers share CPUs by design turns it off).
+    isolation: bool = True
     violations: list[str] = field(default_factory=list)
     count: int = 0
     checks: int = 0  # containers checked, incrementally or in full passes
@@ -47,6 +64,15 @@ class Checker:
     _all: set[int] = field(default_factory=set)  # every exclusive CPU in use
     _mems_ok: dict[str, str | None] = field(default_factory=dict)
     _memo: dict[tuple[CPUSet, str | None, CPUSet], str | None] = field(default_factory=dict)
+    _requests: dict[str, int] = field(default_factory=dict)  # live container -> CPU request (milli)
+    _local: dict[int, frozenset[int]] = field(default_factory=dict)  # CPU node -> its memory nodes
+    _dram: frozenset[int] = frozenset()  # nodes holding ordinary memory
+    _area: dict[int, CPUSet] = field(default_factory=dict)  # CPU -> its node's CPUs in its L3 group
+    _far: dict[tuple[CPUSet, str], str | None] = field(default_factory=dict)  # memo of _far_memory
+
+    def __post_init__(self) -> None:
+        self._local = memory_nodes(self.topology)
+        self._dram = frozenset().union(*self._local.values()) if self._local else frozenset()
 
     def fail(self, where: str, text: str) -> None:
         self.count += 1
@@ -59,11 +85,17 @@ class Checker:
         reported: dict[str, Resources | None] = {}
         events = list(events)
         subjects = {e.key for e in events}
+        allocated: list[str] = []
         for e in events:
             if e.action in ("allocate", "resize"):
                 reported[e.key] = e.decision.resources
+                allocated.append(e.key)
+                c = self.cache.containers.get(e.key)
+                if c is not None:
+                    self._requests[e.key] = c.workload.cpu_request
             else:
                 reported[e.key] = None
+                self._requests.pop(e.key, None)
             reported.update(e.decision.others)
         resources, containers = self.policy.resources, self.cache.containers
         # Within one call the others a decision moved mostly share a few Resources objects:
@@ -85,6 +117,108 @@ class Checker:
                 problem = judged[id(held)] = self._cpuset_problem(held.cpuset_cpus, held.cpuset_mems, _EMPTY)
             if problem:
                 self.fail(where, f"{self._name(key)}: {problem}")
+        for key in allocated:
+            if self._alive(key):
+                self._placement(where, key, new=True)
+
+    def _placement(self, where: str, key: str, new: bool) -> None:
+        """A placed container's exclusive CPUs: whole cores (`new`: just decided), and
+        a Guaranteed one's isolation."""
+        exclusive = self._exclusive_of.get(key, _EMPTY)
+        if new and len(exclusive) > 1:
+            problem = self._split_problem(exclusive)
+            if problem:
+                self.fail(where, f"{self._name(key)}: {problem}")
+        c = self.cache.containers.get(key)
+        # Judged when the container is decided on: a policy does not move a container placed
+        # shared (too little room then) when room comes back later, e.g. by a release.
+        if self.isolation and new and c is not None and self.policy.resources(key) is not None:
+            problem = self._isolation_problem(c.workload, exclusive)
+            if problem:
+                self.fail(where, f"{self._name(key)}: {problem}")
+
+    def _split_problem(self, exclusive: CPUSet) -> str | None:
+        """Threads of a core's worth taken from cores left half used, while a core that was
+        wholly free (before this container) stayed out: swapping them keeps every count."""
+        topo = self.topology
+        others = self._all - exclusive.as_frozenset()  # exclusive to the other containers
+
+        def free(cpu: int) -> bool:
+            return cpu not in others and cpu in self.available and cpu not in self.reserved
+
+        stray: list[int] = []  # exclusive CPUs whose core still has a free thread
+        width = 1
+        for cpu in exclusive:
+            core = topo.siblings(cpu)
+            if any(s not in exclusive and free(s) for s in core):
+                stray.append(cpu)
+                width = max(width, len(core))
+        if width < 2 or len(stray) < width:
+            return None
+        isolated = topo.isolated
+        kind = stray[0] in isolated
+        area = CPUSet().union(*(self._area_of(c) for c in stray))
+        seen: set[int] = set()
+        for cpu in area:
+            if cpu in seen:
+                continue
+            core = topo.siblings(cpu)
+            seen.update(core)
+            if len(core) < 2 or not core <= area or core <= exclusive:
+                continue
+            if all(free(s) and (s in isolated) == kind for s in core):
+                return (f"exclusive CPUs {exclusive} split the cores of CPUs {CPUSet(stray)} while core "
+                        f"{core} was free")
+        return None
+
+    def _free_cpu(self, cpu: int) -> bool:
+        return cpu in self.available and cpu not in self.reserved
+
+    def _area_of(self, cpu: int) -> CPUSet:
+        area = self._area.get(cpu)
+        if area is None:
+            topo = self.topology
+            area = topo.node_cpus(topo.node_of(cpu))
+            for group in topo.groups("l3"):
+                if cpu in group:
+                    area = area & group
+                    break
+            for c in area:
+                self._area[c] = area
+        return area
+
+    def _isolation_problem(self, w: Workload, exclusive: CPUSet) -> str | None:
+        whole, fraction = divmod(w.cpu_request, 1000)
+        if w.qos is not QoS.GUARANTEED or not whole or fraction or w.prefer_shared:
+            return None
+        expects = getattr(self.policy, "expects_isolation", None)
+        if expects is not None and not expects(w):
+            return None
+        if self.reserved and (w.system or w.prefer_reserved):
+            return None
+        if len(exclusive) >= whole:
+            return None
+        isolated = sum(r for k, r in self._requests.items() if self._wants_isolation(k))
+        shared = sum(self._requests.values()) - isolated
+        capacity = 1000 * len(self.available - self.reserved - self.topology.isolated)
+        # The shared containers need a CPU of their own only where no reserved CPU is there
+        # for them (kubelet's shared pool keeps the reserved CPUs).
+        need = isolated + 1000 * max(0 if self.reserved else 1, -(-shared // 1000))
+        if need > capacity:
+            return None
+        return (f"a Guaranteed container of {whole} CPUs holds {len(exclusive)} exclusive CPUs although the "
+                f"requests fit ({need}m of {capacity}m)")
+
+    def _wants_isolation(self, key: str) -> bool:
+        c = self.cache.containers.get(key)
+        if c is None:
+            return False
+        w = c.workload
+        expects = getattr(self.policy, "expects_isolation", None)
+        if expects is not None:  # a policy whose containers share CPUs by design says which do not
+            return bool(expects(w))
+        return (w.qos is QoS.GUARANTEED and w.cpu_request >= 1000 and not w.cpu_request % 1000
+                and not w.prefer_shared and not (self.reserved and (w.system or w.prefer_reserved)))
 
     def _check_one(self, where: str, key: str, held: Resources | None, alive: bool, exact: bool = True) -> None:
         """`exact`: ask the policy for the container's exclusive CPUs; else (an other whose
@@ -123,6 +257,9 @@ class Checker:
         bad_mems = self._bad_mems(mems)
         if bad_mems:
             return f"cpuset_mems {mems!r}: {bad_mems}"
+        far = self._far_memory(cpus, mems)
+        if far:
+            return far
         foreign = (cpus - exclusive).as_frozenset() & self._all
         if foreign:
             return (f"cpuset {cpus} includes CPUs {CPUSet(foreign)} exclusive to "
@@ -148,6 +285,28 @@ class Checker:
         if exclusive:
             self._exclusive_of[key] = exclusive
 
+    def _far_memory(self, cpus: CPUSet, mems: str | None) -> str | None:
+        """Memory on the CPUs' nodes: each of their nodes' local memory is allowed."""
+        if not mems or not self._local:
+            return None
+        key = (cpus, mems)
+        if key in self._far:
+            return self._far[key]
+        if len(self._far) > 4096:  # bounded: a churn makes ever new cpusets
+            self._far.clear()
+        problem = self._far[key] = self._far_problem(cpus, mems)
+        return problem
+
+    def _far_problem(self, cpus: CPUSet, mems: str) -> str | None:
+        nodes = CPUSet.parse(mems).as_frozenset()
+        if nodes.isdisjoint(self._dram):
+            return None  # only far memory or HBM, asked for
+        missing = [n for n in self.topology.nodes_of(cpus) if n in self._local and nodes.isdisjoint(self._local[n])]
+        if missing:
+            return (f"cpuset_mems {mems} leaves out the memory of node(s) {', '.join(map(str, missing))} "
+                    f"of its CPUs {cpus}")
+        return None
+
     # -- everything -----------------------------------------------------------------
 
     def full(self, where: str) -> None:
@@ -158,12 +317,17 @@ class Checker:
         self._exclusive_of.clear()
         self._memo.clear()
         held = dict(self.policy.assignments())
+        self._requests = {key: c.workload.cpu_request for key, c in self.cache.containers.items()
+                          if not c.released and key in held}
         for key in held:
             if not self._alive(key):
                 self.fail(where, f"the policy holds {self._name(key)}, which is not alive (leaked)")
         for key in held:
             if self._alive(key):
                 self._check_one(where, key, self.policy.resources(key), True)
+        for key in held:
+            if self._alive(key):
+                self._placement(where, key, new=False)
         self._check_pools(where)
 
     def _check_pools(self, where: str) -> None:

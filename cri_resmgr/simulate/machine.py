@@ -18,7 +18,8 @@ TARBALL_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")
 
 def from_host_root(path: str) -> Topology:
     """A host root holding sys/devices/system/{cpu,node}, or a tarball of one
-    (`tar czf node.tgz sys/devices/system` run in / on the node)."""
+    (`tar czf node.tgz sys/devices/system` run in / on the node, or of a directory
+    holding such a tree)."""
     if os.path.isdir(path):
         return discover(path)
     if not os.path.exists(path):
@@ -33,10 +34,43 @@ def from_host_root(path: str) -> Topology:
                 tar.extractall(root, filter="data")
         except (tarfile.TarError, OSError, EOFError) as e:
             raise TopologyError(f"-host-root {path}: cannot unpack: {e}") from None
+        inside = _host_root_in(root, path)
         try:
-            return discover(root)
+            return discover(inside)
         except TopologyError as e:
             raise TopologyError(f"-host-root {path} (unpacked): {e}") from None
+
+
+def _host_root_in(root: str, path: str) -> str:
+    """Where the host root is in an unpacked tarball: its top, or the one directory it holds
+    (`tar czf node.tgz node/` of a copied tree; through single directories, a few deep).
+    Several host roots inside: an error naming them."""
+    here = root
+    for _ in range(4):
+        if os.path.isdir(os.path.join(here, "sys", "devices", "system", "cpu")):
+            return here
+        entries = [e for e in sorted(os.listdir(here)) if not e.startswith(".")]
+        dirs = [e for e in entries
+                if os.path.isdir(os.path.join(here, e)) and not os.path.islink(os.path.join(here, e))]
+        if len(dirs) != 1 or len(entries) != 1:
+            break
+        here = os.path.join(here, dirs[0])
+    found = []
+    for top, subdirs, _ in os.walk(root):
+        rel = os.path.relpath(top, root)
+        if rel.count(os.sep) > 4:
+            subdirs[:] = []
+            continue
+        if os.path.isdir(os.path.join(top, "sys", "devices", "system", "cpu")):
+            found.append(rel)
+            subdirs[:] = []
+    if len(found) > 1:
+        shown = ", ".join(sorted(found)[:6]) + (" ..." if len(found) > 6 else "")
+        raise TopologyError(f"-host-root {path}: holds {len(found)} host roots ({shown}); unpack it and give "
+                            "one of them")
+    if found:
+        return os.path.join(root, found[0])
+    return root  # discover() says what is missing
 
 
 def from_json_file(path: str) -> Topology:

@@ -26,6 +26,7 @@ class Event:
     ns: int  # the policy's own time for it, wall clock
     assignment: Assignment | None  # after the decision (allocate)
     cpu_ns: int = 0  # the deciding thread's CPU time (which preemption on a busy machine does not inflate)
+    workload: Workload | None = None  # the container as the policy saw it (its last, for a release)
 
 
 class RecordingPolicy:
@@ -34,6 +35,7 @@ class RecordingPolicy:
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.names: dict[str, str] = {}  # key -> namespace/pod:name
+        self.workloads: dict[str, Workload] = {}  # key -> the container as last decided on
         self._events: list[Event] = []
 
     def take(self) -> list[Event]:
@@ -42,18 +44,20 @@ class RecordingPolicy:
 
     def allocate(self, workload: Workload) -> Decision:
         self.names[workload.key] = str(workload)
+        self.workloads[workload.key] = workload
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         d = self.inner.allocate(workload)
         ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
         self._events.append(Event("allocate", workload.key, str(workload), d, ns, self.inner.assignment(workload.key),
-                                  cpu))
+                                  cpu, workload))
         return d
 
     def release(self, key: str) -> Decision:
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         d = self.inner.release(key)
         ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
-        self._events.append(Event("release", key, self.names.get(key, key), d, ns, None, cpu))
+        self._events.append(Event("release", key, self.names.get(key, key), d, ns, None, cpu,
+                                  self.workloads.pop(key, None)))
         return d
 
     def resize(self, workload: Workload) -> Decision:
@@ -61,11 +65,12 @@ class RecordingPolicy:
         if not isinstance(self.inner, Resizable):
             raise ResizeError(f"policy {type(self.inner).__name__} cannot resize containers")
         self.names[workload.key] = str(workload)
+        self.workloads[workload.key] = workload
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         d = self.inner.resize(workload)
         ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
         self._events.append(Event("resize", workload.key, str(workload), d, ns, self.inner.assignment(workload.key),
-                                  cpu))
+                                  cpu, workload))
         return d
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:

@@ -87,7 +87,8 @@ def render_text(o: Outcome, workload: str, brief: bool = False, colour: bool = F
     lines.append(f"Timing: {d['n']} decisions" + (f", the policy's p50 {d['p50_us']} us, p99 {d['p99_us']} us, max "
                                                    f"{d['max_us']} us" if d["n"] else "")
                  + (f"; the engine per call p50 {c['p50_us']} us, p99 {c['p99_us']} us" if c["n"] else "")
-                 + f"; {o.updates} updates to other containers; {t['wall_s']} s for {o.calls} calls")
+                 + f"; {o.updates} update{'' if o.updates == 1 else 's'} to other containers; "
+                 f"{t['wall_s']} s for {o.calls} calls")
     return "\n".join(lines) + "\n"
 
 
@@ -144,9 +145,15 @@ def _invariant_lines(o: Outcome) -> list[str]:
 
 def render_json(o: Outcome, workload: str) -> str:
     c = o.checker
+    topo = o.topology
     doc = {
-        "format": "cri-resmgr-simulation", "version": 1, "policy": o.policy_name, "config_source": o.config.source,
-        "workload": workload, "steps": [_step_doc(s, o.policy.names) for s in o.steps], "warnings": o.warnings,
+        "format": "cri-resmgr-simulation", "version": 2, "policy": o.policy_name, "config_source": o.config.source,
+        "workload": workload,
+        # The machine as the policy saw it from the start: a tool needs no configuration parser.
+        "machine": {"online": str(topo.online), "available": str(o.available), "reserved": str(o.reserved),
+                    "isolated": str(topo.isolated & o.available), "threads_per_core": topo.threads_per_core(),
+                    "nodes": {str(n): str(topo.node_cpus(n)) for n in topo.cpu_node_ids()}},
+        "steps": [_step_doc(s, o.policy.names) for s in o.steps], "warnings": o.warnings,
         "messages": o.messages, "state": state_document(o),
         "invariants": {"container_checks": c.checks, "full_passes": c.full_passes, "violations": c.count,
                        "policy_errors": o.policy_errors, "first": c.violations},
@@ -158,14 +165,28 @@ def render_json(o: Outcome, workload: str) -> str:
 def _step_doc(s: Step, names: dict[str, str]) -> dict[str, Any]:
     return {"index": s.index, "where": s.where, "method": s.method, "failed": s.failed or None,
             "decisions": [_event_doc(e) for e in s.events],
-            "updates": {names.get(key, key): {"cpus": str(r.cpuset_cpus), "mems": r.cpuset_mems}
+            "updates": {names.get(key, key): {"cpus": str(r.cpuset_cpus), "mems": r.cpuset_mems,
+                                               "pool": s.placed_in.get(key)}
                         for key, r in s.updates.items()},
+            # after the step: each pool (balloon) named above, its own CPUs (a balloon's are
+            # exclusive to it), the CPUs exclusive to single containers in it, what its
+            # shared containers run on
+            "pools": {name: {"kind": p.kind or None, "cpus": str(p.cpus), "exclusive": str(p.exclusive),
+                             "runs_on": str(p.shared | p.exclusive) if p.kind else str(p.shared),
+                             "mems": p.mems or None, "containers": len(p.containers),
+                             "requested_milli": p.requested_milli}
+                      for name, p in sorted(s.pools.items())},
             "messages": s.messages}
 
 
 def _event_doc(e: Event) -> dict[str, Any]:
-    r, a = e.decision.resources, e.assignment
+    r, a, w = e.decision.resources, e.assignment, e.workload
     return {"action": e.action, "container": e.container, "key": e.key,
+            "qos": w.qos.value if w is not None else None,
+            "requests": ({"cpu_milli": w.cpu_request, "cpu_limit_milli": w.cpu_limit,
+                          "memory_bytes": w.memory_request, "memory_limit_bytes": w.memory_limit}
+                         if w is not None else None),
             "cpus": str(r.cpuset_cpus) if r is not None else None, "mems": r.cpuset_mems if r is not None else None,
             "pool": a.pool if a is not None else None, "exclusive": str(a.exclusive) if a is not None else None,
+            "others": len(e.decision.others),
             "warning": e.decision.warning, "us": round(e.ns / 1e3, 1), "text": decision_line(e)}

@@ -8,9 +8,8 @@ would raise) and only the frozen result is turned into JSON on the server's thre
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 WAIT = 5.0  # seconds /state waits for the event loop
@@ -21,26 +20,18 @@ class Snapshot(Protocol):
 
 
 class Introspectable(Protocol):
-    """The engine as /state sees it (`engine.controller.Controller` is one)."""
+    """The engine as /state sees it (`engine.controller.Controller` is one): its snapshot,
+    which may ask the runtime (the none policy's containers)."""
 
-    def state(self) -> Snapshot: ...
+    def current_state(self) -> Coroutine[Any, Any, Snapshot]: ...
 
 
 def on_loop(engine: Introspectable, loop: asyncio.AbstractEventLoop) -> Callable[[], tuple[str, bytes]]:
     """(HTTP status, body) for /state, asked from a server thread."""
 
     def state() -> tuple[str, bytes]:
-        taken: concurrent.futures.Future[Snapshot] = concurrent.futures.Future()
-
-        def take() -> None:
-            try:
-                taken.set_result(engine.state())
-            except Exception as e:  # a bug in the engine: the server's 500, with its traceback
-                taken.set_exception(e)
-
         try:
-            loop.call_soon_threadsafe(take)
-            snap = taken.result(WAIT)
+            snap = asyncio.run_coroutine_threadsafe(engine.current_state(), loop).result(WAIT)
         except TimeoutError:
             return _error(f"no answer from the relay's event loop within {WAIT:.0f}s")
         except RuntimeError as e:  # the loop is closed: shutting down

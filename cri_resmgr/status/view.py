@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from cri_resmgr.topology.cpuset import CPUSet
@@ -23,6 +24,7 @@ MARKED_POOLS = ("shared", "reserved", "isolated")
 # Not a pool a CPU belongs to: every exclusive CPU, whatever its pool (pool_cpus()).
 NOT_MARKING = frozenset({"exclusive"})
 IDLE = "idle"
+NOT_MANAGED = "not managed"  # a container seen running under the none policy
 OFFLINE = "offline"
 
 
@@ -87,6 +89,7 @@ class View:
     pools: tuple[tuple[str, str], ...]
     containers: tuple[Row, ...]
     pool_table: tuple[PoolRow, ...] = ()  # only when some pool has a kind (balloons, a pool tree)
+    reload: str = ""  # the last configuration tried, as a line ("" in documents from before it was kept)
 
 
 def build(doc: Mapping[str, Any]) -> View:
@@ -112,16 +115,43 @@ def build(doc: Mapping[str, Any]) -> View:
     config = doc.get("config") or {}
     return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
                 machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
-                containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()))
+                containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()),
+                reload=_reload(doc.get("reload")))
+
+
+def _reload(r: Mapping[str, Any] | None) -> str:
+    """`Last reload: OK at ... UTC (source)`, or FAILED with the error and when one last went in."""
+    if not r or r.get("ok") is None:
+        return ""
+    line = f"Last reload: {'OK' if r['ok'] else 'FAILED'} at {utc(r['at'])} ({r.get('source') or '?'})"
+    if not r["ok"]:
+        since = r.get("last_success_at")
+        line += f": {r.get('error')}; in force: the previous configuration" + \
+            (f", since {utc(since)}" if since else "")
+    return line
+
+
+def utc(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _pool_table(table: Sequence[Mapping[str, Any]]) -> tuple[PoolRow, ...]:
     if not any(p.get("kind") for p in table):
         return ()  # the simple policies' pools are all in the Pools line already
     return tuple(PoolRow(name=p["name"], kind=p.get("kind") or "-", parent=p.get("parent") or "-",
-                         cpus=p.get("cpus") or "-", runs_on=p.get("shared_cpus") or "-", mems=p.get("mems") or "-",
+                         cpus=p.get("cpus") or "-", runs_on=_runs_on(p), mems=p.get("mems") or "-",
                          containers=int(p.get("containers", 0)), requested=_milli(int(p.get("requested_milli", 0))))
                  for p in table)
+
+
+def _runs_on(p: Mapping[str, Any]) -> str:
+    """What a pool's containers run on: its shared CPUs; a pool with no parent (a balloon)
+    whose CPUs are its one container's own gives them as exclusive, lent ones as shared."""
+    shared = p.get("shared_cpus") or ""
+    exclusive = p.get("exclusive_cpus") or ""
+    if exclusive and not p.get("parent"):
+        return str(CPUSet.parse(exclusive) | CPUSet.parse(shared)) or "-"
+    return shared or "-"
 
 
 def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet],
@@ -153,8 +183,9 @@ def _short_names(containers: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _row(c: Mapping[str, Any], short: str) -> Row:
-    return Row(short=short, namespace=c["namespace"], pod=c["pod"], name=c["name"], qos=c["qos"],
-               cpu_request=_milli(c["requests"]["cpu_milli"]), pool=c["pool"] or "-",
+    return Row(short=short, namespace=c["namespace"], pod=c["pod"], name=c["name"], qos=c["qos"] or "-",
+               cpu_request=_milli(c["requests"]["cpu_milli"]),
+               pool=c["pool"] or (NOT_MANAGED if c.get("managed") is False else "-"),
                exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
                id=(c["id"] or "creating")[:12], blockio=c.get("blockio_class") or "-",
                rdt=c.get("rdt_class") or "-")

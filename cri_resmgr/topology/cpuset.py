@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-__all__ = ["CPUSet", "parse_cpulist", "format_cpulist"]
+__all__ = ["CPUSet", "parse_cpulist", "format_cpulist", "MAX_CPU_ID"]
+
+# Linux's largest NR_CPUS is 8192; a list naming a CPU past this is not of a real
+# machine (and "0-4294967295" would otherwise be four billion ints).
+MAX_CPU_ID = 16383
+
+
+def _shown(text: str) -> str:
+    """The CPU list as errors show it: a line of at most some sixty characters."""
+    text = " ".join(text.split())
+    return repr(text) if len(text) <= 60 else f"{text[:57]!r}... ({len(text)} characters)"
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
@@ -34,9 +44,12 @@ def parse_cpulist(text: str) -> frozenset[int]:
             lo = _parse_id(first)
             hi = _parse_id(last) if sep else lo
         except ValueError:
-            raise ValueError(f"invalid CPU list {text!r}: bad item {item!r}") from None
+            raise ValueError(f"invalid CPU list {_shown(text)}: bad item {_shown(item)}") from None
         if hi < lo:
-            raise ValueError(f"invalid CPU list {text!r}: descending range {item!r}")
+            raise ValueError(f"invalid CPU list {_shown(text)}: descending range {_shown(item)}")
+        if hi > MAX_CPU_ID:
+            raise ValueError(f"invalid CPU list {_shown(text)}: CPU {hi} is past the largest possible "
+                             f"CPU id ({MAX_CPU_ID})")
         cpus.update(range(lo, hi + 1))
     return frozenset(cpus)
 
@@ -44,7 +57,7 @@ def parse_cpulist(text: str) -> frozenset[int]:
 def _parse_id(text: str) -> int:
     text = text.strip()
     # int() alone would accept "+3", "3_0" and non-ASCII digits.
-    if not text or not text.isascii() or not text.isdigit():
+    if not text or not text.isascii() or not text.isdigit() or len(text) > 30:
         raise ValueError(text)
     return int(text)
 

@@ -124,7 +124,7 @@ def _core_details(info: CPUInfo) -> str:
 
 def _thread(topo: Topology, cpu: int) -> str:
     marks = [m for m, on in (("isolated", cpu in topo.isolated), ("nohz_full", cpu in topo.nohz_full)) if on]
-    return f"PU {cpu}" + (f" ({', '.join(marks)})" if marks else "")
+    return f"CPU {cpu}" + (f" ({', '.join(marks)})" if marks else "")
 
 
 def _distances(topo: Topology) -> list[str]:

@@ -144,5 +144,9 @@ class Transport(Protocol):
         """Switches the interception table and/or the dumper for calls that start
         from now on; an argument left UNCHANGED keeps what is in force."""
 
+    def runtime_probed(self, up: bool, why: str = "") -> None:
+        """What the front end's own probe of the runtime found: `runtime_up` follows the
+        runtime even while no call passes (logged once per transition, as for calls)."""
+
     def stats(self) -> TransportStats:
         """A snapshot of the transport's counters; safe from another thread."""

@@ -129,6 +129,12 @@ class GrpcRelay:
             self._dumper = dumper
         self._handlers = {}  # handlers bind the table and dumper they were built with
 
+    def runtime_probed(self, up: bool, why: str = "") -> None:
+        """See contract.Transport.runtime_probed."""
+        primary = self.runtime or self.image
+        if primary is not None:
+            primary.mark(up, why)
+
     def stats(self) -> TransportStats:
         primary = self.runtime or self.image
         return TransportStats(primary.up if primary is not None else None,

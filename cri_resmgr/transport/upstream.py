@@ -111,12 +111,22 @@ class Upstream:
         while True:
             await self.channel.wait_for_state_change(state)
             state = self.channel.get_state()
-            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and self.up:
-                self.up = False
-                log.warning("runtime at %s lost: callers get UNAVAILABLE until it returns", self.path)
-            elif state == grpc.ChannelConnectivity.READY and not self.up:
-                self.up = True
-                log.info("runtime at %s is back", self.path)
+            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                self.mark(False)
+            elif state == grpc.ChannelConnectivity.READY:
+                self.mark(True)
+
+    def mark(self, up: bool, why: str = "") -> None:
+        """The runtime found up or down (a channel state, or the front end's probe); logged
+        once per transition."""
+        if self.up is not None and up == self.up:
+            return
+        if not up:
+            log.warning("runtime at %s lost%s: callers get UNAVAILABLE until it returns", self.path,
+                        f" ({why})" if why else "")
+        elif self.up is not None:
+            log.info("runtime at %s is back", self.path)
+        self.up = up
 
     def _socket_exists(self) -> bool:
         return os.path.exists(self.path)

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|resize|big-machine ...]
-                          [--json FILE]
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|nri-sync|resize|
+                                  big-machine ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -17,6 +17,8 @@ Sections:
            (tests.bench.topology_aware)
   nri      the NRI plugin process's CreateContainer hook latency with 1000
            containers; p99 target 5 ms (tests.bench.nri)
+  nri-sync the NRI plugin's start against 1000 running containers: registration to
+           active, and Synchronize end to end; target 200 ms (tests.bench.nri_sync)
   resize   in-place resize decisions of every policy, 512 CPUs / 1000 containers;
            p99 target 2 ms (tests.bench.resize)
   big-machine  every policy's decisions and the engine's calls on 4096 sparse CPUs,
@@ -47,6 +49,7 @@ from tests.bench import allocator as bench_allocator
 from tests.bench import balloons as bench_balloons
 from tests.bench import big_machine as bench_big_machine
 from tests.bench import nri as bench_nri
+from tests.bench import nri_sync as bench_nri_sync
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
 from tests.bench import resize as bench_resize
@@ -129,6 +132,7 @@ SECTIONS: dict[str, Section] = {
     "topology-aware": Section("topology-aware", lambda log: bench_topology_aware.run(),
                               bench_topology_aware.format_result),
     "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
+    "nri-sync": Section("nri-sync", lambda log: bench_nri_sync.run(), bench_nri_sync.format_result),
     "resize": Section("resize", lambda log: bench_resize.run(), bench_resize.format_result),
     "big-machine": Section("big-machine", lambda log: bench_big_machine.run(log=log), bench_big_machine.format_result),
 }

@@ -92,6 +92,10 @@ def test_the_containers_cgroup_from_proc_or_its_cgroups_path(tmp_path):
     where = cgroups.Where(pid=7, cgroups_path="kubepods-besteffort-pod1.slice:cri-containerd:abc")
     assert cgroups.container_dir(files, "v1", where) == "sys/fs/cgroup/blkio/" + sysd
     assert cgroups.container_dir(files, "v1", cgroups.Where(cgroups_path="/gone")) is None
+    # A PID whose cgroup does not name the container is another process's (the PID reused).
+    assert cgroups.container_dir(files, "v1", cgroups.Where(pid=42, container_id="c")) == \
+        "sys/fs/cgroup/blkio/kubepods/p/c"
+    assert cgroups.container_dir(files, "v1", cgroups.Where(pid=42, container_id="other")) is None
 
 
 def test_paths_never_leave_the_root_and_dry_run_writes_nothing(tmp_path, caplog):

@@ -45,3 +45,30 @@ def test_a_bad_fallback_document_is_named_in_the_error(tmp_path: Path) -> None:
     doc = Document("policy:\n  Active: static\n  NoSuchKey: 1\n", "the runtime's text")
     with pytest.raises(ConfigError, match="the runtime's text.*NoSuchKey"):
         initial_config(Places(str(tmp_path)), NAMES, doc)
+
+
+@pytest.mark.parametrize("content", [b"[" * 200_000 + b"]" * 200_000, b"{not json", b"\xff\xfe",
+                                     json.dumps({"policy": {"deep": 1}}).encode(), b"[1]"])
+def test_an_unreadable_saved_agent_configuration_is_moved_aside(tmp_path: Path, content: bytes, caplog) -> None:
+    """Issue 28.5: any state file that cannot be read is moved aside, and the start goes on."""
+    (tmp_path / AGENT_CONFIG_FILE).write_bytes(content)
+    fallback = tmp_path / "fallback.yaml"
+    fallback.write_text(STATIC)
+    assert initial_config(Places(str(tmp_path), fallback_config=str(fallback)), NAMES).policy.active == "static"
+    assert not (tmp_path / AGENT_CONFIG_FILE).exists()
+    assert len(list(tmp_path.glob(AGENT_CONFIG_FILE + ".bad-*"))) == 1
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("cri_resmgr")]
+    assert len(lines) == 1 and "ignoring the saved agent configuration" in lines[0] and len(lines[0]) < 400
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"policy:\n  Active: static  # \xff\n", "not UTF-8 text (byte 28"),
+    (b"a: " + b"[" * 5000 + b"]" * 5000, "nested deeper than 64 levels"),
+    (b"policy:\n  Active: 1" + b"0" * 5000, "policy.Active: a number of 5001 digits"),
+])
+def test_a_bad_configuration_file_is_one_line_naming_it(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        initial_config(Places(str(tmp_path), force_config=str(path)), NAMES)
+    assert str(e.value).startswith(str(path)) and message in str(e.value) and len(str(e.value)) < 300, str(e.value)

@@ -162,3 +162,29 @@ def test_throttled_class_limits_direct_writes_and_follows_sighup(containerd, cgr
         relay.stop()
     log = relay.log()
     assert "block I/O class slowwriter" in log or "blockio class slowwriter" in log, log[-3000:]
+
+
+def test_classes_under_the_none_policy(containerd, cgroup_root, workdir):
+    """The none policy reads nothing, but a configuration with classes has StartContainer
+    intercepted: the class is in place as it returns; without classes nothing is read again."""
+    cfg = workdir / "config.yaml"
+    cfg.write_text(f"blockio:\n  Classes:\n    slowwriter: [{{Devices: [{DISK}], ThrottleWriteBps: 1M}}]\n")
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg), "-policy", "none"]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        slow = k.start_pod(PodSpec(name="none-slow", annotations={CLASS: "slowwriter"},
+                                   containers=[ContainerSpec(name="c")])).container_ids["c"]
+        other = k.start_pod(PodSpec(name="none-other", containers=[ContainerSpec(name="c")])).container_ids["c"]
+        rule = k.cgroup_files(slow).dirs["blkio"] / "blkio.throttle.write_bps_device"
+        assert rule.read_text().strip() == f"{DEV} 1000000", relay.log()[-3000:]
+        assert (k.cgroup_files(other).dirs["blkio"] / "blkio.throttle.write_bps_device").read_text().strip() == ""
+        cfg.write_text("logger: {Debug: false}\n")  # no classes any more: the rule goes, nothing is intercepted
+        relay.signal(signal.SIGHUP)
+        _wait_file(rule, "")
+        later = k.start_pod(PodSpec(name="none-later", annotations={CLASS: "slowwriter"},
+                                    containers=[ContainerSpec(name="c")])).container_ids["c"]
+        assert (k.cgroup_files(later).dirs["blkio"] / "blkio.throttle.write_bps_device").read_text().strip() == ""
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()

@@ -116,3 +116,28 @@ def test_metrics_parse_and_every_family_is_there(containerd, cgroup_root, tmp_pa
     assert _value(fams["cri_resmgr_container_exclusive_cpus"], pod="m-excl", container="c") == 1
     assert sum(s.value for s in fams["cri_resmgr_exclusive_free_cpus"].samples) == max(0, len(ONLINE) - 3)
     assert _value(fams["cri_resmgr_build_info"]) == 1
+
+
+def test_runtime_up_and_readyz_follow_the_runtime_with_no_calls_passing(make_containerd, tmp_path):
+    """Issue 29: with containerd stopped and no call through the relay (the none policy, nothing
+    connected), cri_resmgr_runtime_up stayed 1 while /readyz said 503. The relay's own probe
+    (every 5 s) now sets it, down and back up."""
+    ctd = make_containerd()
+    port = _free_port()
+    relay = RelayProcess(tmp_path / "r", str(ctd.socket), ["-metrics-address", f"127.0.0.1:{port}"]).start()
+    try:
+        assert _value(_scrape(port)["cri_resmgr_runtime_up"]) == 1
+        ctd.stop_daemon()
+        deadline = time.monotonic() + 30
+        while _value(_scrape(port)["cri_resmgr_runtime_up"]) != 0:
+            assert time.monotonic() < deadline, "runtime_up still 1 with containerd stopped:\n" + relay.log()
+            time.sleep(0.5)
+        assert "lost" in relay.log()
+        ctd.start()
+        deadline = time.monotonic() + 30
+        while _value(_scrape(port)["cri_resmgr_runtime_up"]) != 1:
+            assert time.monotonic() < deadline, "runtime_up still 0 with containerd back:\n" + relay.log()
+            time.sleep(0.5)
+        assert "is back" in relay.log()
+    finally:
+        relay.stop()

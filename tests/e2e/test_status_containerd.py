@@ -106,3 +106,28 @@ def test_status_shows_the_guaranteed_container_on_its_cpu_and_matches_the_cgroup
         k.delete_all_pods()
         k.close()
         relay.stop()
+
+
+def test_status_under_the_none_policy_shows_the_running_pods_with_their_real_cpusets(containerd, cgroup_root,
+                                                                                     workdir):
+    """Issue 29: under `-policy none`, the documented first step, status said "No containers."
+    while pods ran. It shows each running container, its cgroup's cpuset, and "not managed"."""
+    port = _free_port()
+    relay = RelayProcess(workdir, str(containerd.socket), ["-metrics-address", f"127.0.0.1:{port}"]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        k.start_pod(PodSpec(name="un-a", containers=[ContainerSpec(name="c")]))
+        doc = json.loads(_status(port, "-o", "json"))
+        assert doc["policy"] == "none"
+        [c] = [c for c in doc["containers"] if c["pod"] == "un-a"]
+        assert (c["namespace"], c["name"], c["managed"], c["pool"]) == ("default", "c", False, None)
+        assert _matches_cgroups(k, {"containers": [c]}) == []
+        assert CPUSet(c["cpus"]) == ONLINE  # no policy: the runtime's default, every CPU
+        text = _status(port)
+        assert "No containers." not in text
+        [row] = [line for line in text.splitlines() if line.startswith("c ") or line.startswith("un-a:c ")]
+        assert "not managed" in row and str(ONLINE) in row and c["id"][:12] in row
+    finally:
+        k.delete_all_pods()
+        k.close()
+        relay.stop()

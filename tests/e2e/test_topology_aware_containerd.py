@@ -46,9 +46,10 @@ def besteffort(name, annotations=None):
     return PodSpec(name=name, annotations=annotations or {}, containers=[ContainerSpec(name="c")])
 
 
-def burstable(name, cpu="500m", annotations=None):
+def burstable(name, cpu="500m", annotations=None, memory_limit=None):
+    limits = {"memory": memory_limit} if memory_limit else {}
     return PodSpec(name=name, annotations=annotations or {},
-                   containers=[ContainerSpec(name="c", requests={"cpu": cpu})])
+                   containers=[ContainerSpec(name="c", requests={"cpu": cpu}, limits=limits)])
 
 
 def guaranteed(name, cpu="1"):
@@ -137,8 +138,9 @@ def test_host_root_multi_node_dry_run_sends_what_the_policy_decides(containerd, 
     k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
     pods = [("ta-be", besteffort("ta-be"), QoS.BESTEFFORT, 0, {}),
             ("ta-g2", guaranteed("ta-g2", "2"), QoS.GUARANTEED, 2000, {}),
-            ("ta-pmem", burstable("ta-pmem", annotations={PREFIX + "memory-type": "pmem"}), QoS.BURSTABLE, 500,
-             {PREFIX + "memory-type": "pmem"}),
+            # A memory limit: a Burstable container without one gets every node's memory.
+            ("ta-pmem", burstable("ta-pmem", annotations={PREFIX + "memory-type": "pmem"}, memory_limit="64Mi"),
+             QoS.BURSTABLE, 500, {PREFIX + "memory-type": "pmem"}),
             ("ta-g6", guaranteed("ta-g6", "6"), QoS.GUARANTEED, 6000, {}),
             ("ta-wide", burstable("ta-wide", annotations={PREFIX + "unlimited-burstable": "true"}),
              QoS.BURSTABLE, 500, {PREFIX + "unlimited-burstable": "true"})]
@@ -164,7 +166,8 @@ def test_host_root_multi_node_dry_run_sends_what_the_policy_decides(containerd, 
     policy = TopologyAwarePolicy(build_context(topology, reserved=1))
     for name, _, qos, cpu, ann in pods:
         w = Workload(key=name, namespace="default", pod=name, name="c", qos=qos, cpu_request=cpu,
-                     cpu_limit=cpu if qos is QoS.GUARANTEED else None, pod_annotations=ann)
+                     cpu_limit=cpu if qos is QoS.GUARANTEED else None, pod_annotations=ann,
+                     memory_limit=64 << 20 if name == "ta-pmem" else None)
         policy.allocate(w)
     for name, *_ in pods:
         want = policy.resources(name)

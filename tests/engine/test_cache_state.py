@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.policy.api import Assignment, QoS, Workload
@@ -45,7 +46,10 @@ def test_corrupt_foreign_and_future_files_are_moved_aside(tmp_path, caplog):
         assert c.load() is None
         assert not (tmp_path / "state.json").exists()
         assert c.containers == {} and c.pods == {}
-    assert len(list(tmp_path.glob("state.json.bad-*"))) >= 1
+    aside = list(tmp_path.glob("state.json.bad-*"))
+    assert len(aside) >= 1
+    # Named with a readable UTC time (was seconds since the epoch): state.json.bad-20261127T141502Z
+    assert all(re.fullmatch(r"state\.json\.bad-\d{8}T\d{6}Z", p.name) for p in aside), aside
     assert "is unusable" in caplog.text and "rebuilding from the runtime" in caplog.text
 
 
@@ -105,3 +109,50 @@ def test_state_file_bytes_are_one_json_dumps_of_the_state_and_follow_changes(tmp
     c.save("static", assignments)
     assert (tmp_path / "state.json").read_bytes() == _plain_state(c, "static", assignments)
     assert Cache(tmp_path).load().assignments == assignments
+
+
+def _valid_state(tmp_path) -> dict:
+    c = _filled(tmp_path)
+    c.save("static", {"p1:c:0": Assignment("exclusive", CPUSet("2-3"))})
+    return json.loads((tmp_path / "state.json").read_text())
+
+
+def _hostile_states(good: dict) -> dict[str, str]:
+    """Issue 28.5: files every start used to exit 1 on (RecursionError, a hang on a
+    hundred million CPUs), and fields of the wrong type a policy would trip over later."""
+    def with_(path: tuple, value) -> str:
+        d = json.loads(json.dumps(good))
+        target = d
+        for p in path[:-1]:
+            target = target[p]
+        target[path[-1]] = value
+        return json.dumps(d)
+
+    return {
+        "200000-deep": "[" * 200_000 + "]" * 200_000,
+        "deep-details": with_(("assignments", "p1:c:0", "details"), json.loads("[" * 500 + "]" * 500)),
+        "cpus-1-99999999": with_(("assignments", "p1:c:0", "exclusive"), "1-99999999"),
+        "cpus-4-billion": with_(("assignments", "p1:c:0", "exclusive"), "0-4294967295"),
+        "5000-digits": with_(("containers", "p1:c:0", "workload", "cpu_request"), int("9" * 4000)),
+        "request-a-list": with_(("containers", "p1:c:0", "workload", "cpu_request"), [1]),
+        "labels-a-list": with_(("pods", "p1", "labels"), [1]),
+        "annotation-an-object": with_(("containers", "p1:c:0", "workload", "pod_annotations"), {"a": {"b": 1}}),
+        "qos-huge": with_(("containers", "p1:c:0", "workload", "qos"), "x" * 100_000),
+        "pods-a-list": with_(("pods",), []),
+        "unknown-field": with_(("containers", "p1:c:0", "colour"), "red"),
+        "not-utf8": "\udcff",
+    }
+
+
+def test_hostile_state_files_are_moved_aside_in_one_short_line(tmp_path, caplog):
+    good = _valid_state(tmp_path / "good")
+    for name, text in _hostile_states(good).items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "state.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+        caplog.clear()
+        assert Cache(d).load() is None, name
+        assert not (d / "state.json").exists(), name
+        assert len(list(d.glob("state.json.bad-*"))) == 1, name
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1 and "is unusable" in lines[0] and len(lines[0]) < 500, (name, lines)

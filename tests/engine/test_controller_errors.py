@@ -58,3 +58,31 @@ def test_a_value_error_from_a_policy_constructor_is_a_rejected_configuration(tmp
         asyncio.run(controller.apply(_config()))
     assert asyncio.run(controller.apply_agent({"policy": "Active: picky\n"})).startswith("agent: policy.picky.Level")
     assert controller.config is None
+
+
+class _Feed:
+    def reconfigure(self, **changes) -> None:
+        pass
+
+
+def test_every_policy_section_given_is_checked_on_this_node(tmp_path):
+    """Issue 29.4: the section of a policy not in force used to be accepted unchecked
+    (exit 0), its error surfacing when that policy was switched to, maybe at a restart."""
+    from cri_resmgr.policy.registry import default_registry
+
+    generate(tmp_path / "host", sockets=1, cores_per_die=2, threads_per_core=1)
+    settings = EngineSettings(state_dir=str(tmp_path / "state"), host_root=str(tmp_path / "host"))
+    registry = default_registry()
+    controller = Controller(settings, registry, _Feed(), None, lambda *args: None)
+    for section, message in (
+            ("balloons: {BalloonTypes: [{Name: x, MinCPUs: 99}]}",
+             "agent: policy.balloons.BalloonTypes[0].MinCPUs: 99 CPUs per balloon cannot be given: this node "
+             "has 2 CPUs online, 2 of them available to balloons"),
+            ("topology-aware: {PinCPUU: true}", "agent: policy.topology-aware.PinCPUU: unknown option"),
+            ("balloons: {BalloonTypes: [{Name: x, MinBalloons: 1000000}]}",
+             "agent: policy.balloons.BalloonTypes[0].MinBalloons: 1000000 balloons cannot be made")):
+        error = asyncio.run(controller.apply_agent({"policy": f"Active: none\n{section}\n"}))
+        assert error is not None and error.startswith(message), error
+    assert controller.config is None
+    assert asyncio.run(controller.apply_agent({"policy": "Active: none\nballoons: {BalloonTypes: [{Name: x}]}\n"})) \
+        is None

@@ -31,14 +31,16 @@ def wait_for(predicate, what: str, limit: float = 30.0) -> None:
 
 def test_cold_start_moves_memory_to_dram_through_the_update_path(engine_factory):  # noqa: F811
     e = engine_factory(SHAPE, TA)
+    # A memory limit: a Burstable container without one gets every node's memory.
     spec = PodSpec(name="cold", annotations={PREFIX + "cold-start": "300ms"},
-                   containers=[ContainerSpec(name="c", requests={"cpu": "500m"})])
+                   containers=[ContainerSpec(name="c", requests={"cpu": "500m"}, limits={"memory": "64Mi"})])
     h = e.kubelet.start_pod(spec)
     cid = h.container_ids["c"]
     mems = e.fake.containers[cid]["resources"].cpuset_mems
     assert mems in ("4", "5"), f"cold: memory on the PMEM node, got {mems!r}"
     wait_for(lambda: e.fake.containers[cid]["resources"].cpuset_mems not in ("4", "5"), "the cold start to end")
-    assert e.fake.containers[cid]["resources"].cpuset_mems in ("0", "1", "2", "3")
+    # No CPU limit: placed no lower than a package (UnlimitedBurstable), so its package's DRAM.
+    assert e.fake.containers[cid]["resources"].cpuset_mems in ("0-1", "2-3")
     assert e.ctl.active_policy().next_deadline() is None
 
 

@@ -126,3 +126,25 @@ def test_guaranteed_container_without_its_exclusive_cpus_is_a_warning_and_counte
     samples = {s.name: s.value for m in EngineCollector(e.ctl).collect() for s in m.samples}
     assert samples["cri_resmgr_requests_not_met_total"] == 1
     assert samples["cri_resmgr_exclusive_cpus_denied_total"] == 1  # the deprecated name
+
+
+def test_at_a_restart_saved_containers_are_restored_and_new_ones_adopted(engine_factory, caplog):
+    """Issue 29: every container found at start-up was logged "restored", also those the relay
+    had never seen (started while it was down): those are "adopted"."""
+    e = engine_factory(SHAPE, STATIC)
+    e.kubelet.start_pod(besteffort("known"))
+    e.flush()
+    e.loop.run(e.relay.stop(1))
+    e.loop.run(e.ctl.close())
+    cfg = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="newcomer", namespace="default", uid="u2"))
+    e.fake.pods["podnew"] = cfg
+    e.fake.containers["ctrnew"] = {
+        "pod": "podnew", "name": "c", "metadata": pb.ContainerMetadata(name="c"),
+        "state": pb.ContainerState.CONTAINER_RUNNING, "resources": pb.LinuxContainerResources()}
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    e.start_relay(STATIC)
+    lines = _messages(caplog)
+    assert any(m.startswith("restored default/known:c") for m in lines), lines
+    assert any(m.startswith("adopted default/newcomer:c") for m in lines), lines
+    assert not any(m.startswith("restored default/newcomer:c") for m in lines), lines
+    assert any("1 known from the saved state, 1 adopted (new to the relay)" in m for m in lines), lines

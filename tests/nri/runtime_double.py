@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -33,6 +35,10 @@ class Session:
     configured: api.ConfigureResponse | None = None
     synchronized: api.SynchronizeResponse | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # time.perf_counter() at: "registered" (RegisterPlugin received), "configured" (Configure's
+    # reply decoded), "sync_start" (first part sent), "synchronized" (last reply decoded).
+    times: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)  # the same moments on the double's `clock`
 
 
 class RuntimeDouble:
@@ -50,6 +56,8 @@ class RuntimeDouble:
         # Created while the plugin synchronizes (containerd#13698): in no Synchronize part
         # and without a CreateContainer event; see `created_during_sync`.
         self.hidden: list[api.Container] = []
+        # Read at each moment a session's `times` records (bench: the plugin's CPU seconds).
+        self.clock: Callable[[], float] | None = None
         self._server: asyncio.Server | None = None
         self._new_session = asyncio.Condition()
 
@@ -84,6 +92,7 @@ class RuntimeDouble:
             self._new_session.notify_all()
 
     async def _register(self, session: Session, data: bytes) -> bytes:
+        self._mark(session, "registered")
         session.registered = api.RegisterPluginRequest.FromString(data)
         asyncio.get_running_loop().create_task(self._set_up(session))
         return api.Empty().SerializeToString()
@@ -97,12 +106,14 @@ class RuntimeDouble:
                                    NRI_version="v0.10.0" if self.send_synchronize else "",
                                    config=self.plugin_config)
         session.configured = await self._call(session, "Configure", cfg, api.ConfigureResponse)
+        self._mark(session, "configured")
         if not self.send_synchronize:
             session.ready.set()
             return
         pods, containers = list(self.pods.values()), list(self.containers.values())
         parts = max(self.sync_parts, 1)
         reply = api.SynchronizeResponse()
+        self._mark(session, "sync_start")
         for i in range(parts):
             req = api.SynchronizeRequest(pods=pods[i::parts], containers=containers[i::parts], more=i < parts - 1)
             if i == 0:
@@ -110,9 +121,15 @@ class RuntimeDouble:
                     self.containers[c.id] = c
                 self.hidden = []
             reply = await self._call(session, "Synchronize", req, api.SynchronizeResponse)
+        self._mark(session, "synchronized")
         self._apply_updates(reply.update)
         session.synchronized = reply
         session.ready.set()
+
+    def _mark(self, session: Session, moment: str) -> None:
+        session.times[moment] = time.perf_counter()
+        if self.clock is not None:
+            session.cpu[moment] = self.clock()
 
     async def _update_containers(self, data: bytes) -> bytes:
         req = api.UpdateContainersRequest.FromString(data)

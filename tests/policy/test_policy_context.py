@@ -64,8 +64,8 @@ def test_available_syntax(topo, available, expected):
     ("1500m", "0-1"),
     (1.5, "0-1"),
     ("cpuset:3", "3"),
-    ("2-3", "2-3"),
-    ("0,5", "0,5"),
+    ("cpuset:2-3", "2-3"),
+    ("cpuset:0,5", "0,5"),
     ({"CPU": "cpuset:4-5"}, "4-5"),
     (0, ""),
     (None, ""),
@@ -86,6 +86,28 @@ def test_options_are_passed_on_read_only(topo):
         ctx.options["x"] = 1  # type: ignore[index]
 
 
+@pytest.mark.parametrize("value", ["2-3", "0,5", " 1-2 "])
+def test_reserved_cpu_list_without_the_prefix_is_refused(topo, value):
+    """Issue 29.8: "2-3" silently meant CPUs 2 and 3 while "3" means three CPUs."""
+    with pytest.raises(ConfigValueError, match=r"policy.ReservedResources.CPU: .* is not a CPU quantity; "
+                                               r"a set of CPUs is written with the prefix, as in 'cpuset:"):
+        build_context(topo, reserved=value)
+
+
+@pytest.mark.parametrize("value", ["\u0661", "1" * 5000, "cpuset:0-4294967295", "cpuset:1-99999999"])
+def test_reserved_hostile_values_are_refused_in_one_short_line(topo, value):
+    """Issue 28.6: a non-ASCII digit, 5000 digits, four billion CPUs."""
+    with pytest.raises(ConfigValueError) as e:
+        build_context(topo, reserved=value)
+    assert str(e.value).startswith("policy.ReservedResources.CPU: ") and len(str(e.value)) < 300
+
+
+def test_available_four_billion_cpus_is_refused_at_once(topo):
+    with pytest.raises(ConfigValueError, match=r"past the largest possible CPU id") as e:
+        build_context(topo, available="cpuset:0-4294967295")
+    assert len(str(e.value)) < 300
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"available": "0-13"}, r"policy.AvailableResources.CPU: CPUs 12-13 are not online"),
     ({"available": "cpuset:"}, r"policy.AvailableResources.CPU: empty cpuset"),
@@ -98,7 +120,7 @@ def test_options_are_passed_on_read_only(topo):
      r"policy.ReservedResources.CPU: 5 CPUs reserved but only 4 available"),
     ({"available": "0-3", "reserved": 4}, r"policy.ReservedResources.CPU: all available CPUs"),
     ({"available": "0-3", "reserved": "3500m"}, r"policy.ReservedResources.CPU: all available CPUs"),
-    ({"available": "0-1", "reserved": "0-1"}, r"policy.ReservedResources.CPU: all available CPUs"),
+    ({"available": "0-1", "reserved": "cpuset:0-1"}, r"policy.ReservedResources.CPU: all available CPUs"),
     ({"reserved": "lots"}, r"policy.ReservedResources.CPU: not a Kubernetes quantity: 'lots'"),
     ({"reserved": "-1"}, r"policy.ReservedResources.CPU: .*negative"),
     ({"reserved": "cpuset:0-x"}, r"policy.ReservedResources.CPU: invalid CPU list"),

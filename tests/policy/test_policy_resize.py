@@ -52,7 +52,7 @@ class Driver:
     def resize(self, key: str, cpu: int):
         w = dataclasses.replace(self.workloads[key], cpu_request=cpu,
                                 cpu_limit=cpu if self.workloads[key].qos is G else None)
-        placed = lambda: [(x, self.policy.assignment(k)) for k, x in self.workloads.items()]  # noqa: E731
+        placed = lambda: list(self.workloads.values())  # noqa: E731
         d = resize(self.policy, w, placed)
         self.workloads[key] = w
         self.applied[key] = d.resources

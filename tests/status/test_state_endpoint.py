@@ -34,6 +34,9 @@ class _FakeEngine:
         self.calls += 1
         return self._state
 
+    async def current_state(self) -> EngineState:
+        return self.state()
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -12,20 +12,19 @@ import random
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
+from tests.harness.realsysfs import FIXTURES  # beside the main checkout or a worktree
 from tests.topology.reference import best_rule_key, fewest_nodes, rule_key
 from tests.topology.shapes import SHAPES
 
 SMALL = [name for name in SHAPES if not name.endswith("512") and not name.endswith("ccx")]
 BIG = [name for name in SHAPES if name not in SMALL]
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "sysfs"
 SYS = "sys/devices/system"
 FIXTURE_TREES = {
     "xeon-2socket-4numa-80cpu.tar.bz2": ["sysfs/2-socket-4-node-40-core"],

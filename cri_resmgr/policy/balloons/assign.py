@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Resources, Workload
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, BalloonsConfig, BalloonType
 from cri_resmgr.topology.cpuset import CPUSet
@@ -40,16 +41,34 @@ class Balloon:
     lent: CPUSet = field(default_factory=CPUSet)  # idle CPUs its containers may also use
     resources: Resources | None = None  # what every member runs on
     share_region: CPUSet | None = None  # cached: where idle CPUs may come from
+    pods: dict[tuple[str, str], int] = field(default_factory=dict)  # (namespace, pod) -> members
+
+    def join(self, w: Workload) -> None:
+        self.members[w.key] = w
+        self.requested += w.cpu_request
+        pod = (w.namespace, w.pod)
+        self.pods[pod] = self.pods.get(pod, 0) + 1
+
+    def leave(self, key: str) -> Workload:
+        w = self.members.pop(key)
+        self.requested -= w.cpu_request
+        pod = (w.namespace, w.pod)
+        left = self.pods[pod] - 1
+        if left:
+            self.pods[pod] = left
+        else:
+            del self.pods[pod]
+        return w
 
     @property
     def name(self) -> str:
         return f"{self.type.name}[{self.index}]"
 
     def namespaces(self) -> set[str]:
-        return {w.namespace for w in self.members.values()}
+        return {ns for ns, _ in self.pods}
 
     def has_pod(self, w: Workload) -> bool:
-        return any(m.pod == w.pod and m.namespace == w.namespace for m in self.members.values())
+        return (w.namespace, w.pod) in self.pods
 
 
 def type_for(config: BalloonsConfig, w: Workload, has_reserved: bool) -> tuple[BalloonType, str | None]:
@@ -60,7 +79,7 @@ def type_for(config: BalloonsConfig, w: Workload, has_reserved: bool) -> tuple[B
         t = config.type(wanted.strip())
         if t is not None and (t.name != RESERVED or has_reserved):
             return t, None
-        warning = (f"annotation {ANNOTATION} of {w} ({w.key}): no balloon type {wanted!r} "
+        warning = (f"annotation {ANNOTATION} of {w} ({w.key}): no balloon type {short(wanted)} "
                    f"(known: {', '.join(x.name for x in config.types)}); placed by namespace")
     reserved = config.reserved
     if has_reserved and (w.system or w.prefer_reserved

@@ -105,9 +105,9 @@ class Book:
         if take > 0:
             prefer = self._prefer.get(t.name)
             if t.hide_hyperthreads:
-                new = self.near.inflate_cores(self.free, b.cpus, take, prefer)
+                new = self.near.inflate_cores(self.free, b.cpus, take, prefer, balance=t.balance)
             else:
-                new = self.near.inflate(self.free, b.cpus, take, prefer)
+                new = self.near.inflate(self.free, b.cpus, take, prefer, spread=t.spread_cores, balance=t.balance)
             self.free = self.free - new
             b.cpus = b.cpus | new
             b.share_region = None
@@ -157,9 +157,10 @@ class Book:
         if not cpus:
             if not b.members:
                 return None
-            # Containers in a balloon that got no CPU at all (none was free): best-effort on
-            # the reserved CPUs, or all of them, until a CPU frees up (regrow_short).
-            cpus = self.reserved or self.assignable
+            # Containers in a balloon that got no CPU at all (none was free, or a dedicated
+            # balloon took its CPUs): best-effort on the reserved CPUs (else the idle ones,
+            # else all), until a CPU frees up (regrow_short).
+            cpus = self.reserved or self.free or self.assignable
         return Resources(cpus, self.mems(cpus) if b.type.pin_memory else None)
 
     def refresh(self, changed: set[Balloon], old_free: CPUSet, subject: str | None = None) -> dict[str, Resources]:

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, namespace_ok, preference, type_for
 from cri_resmgr.policy.balloons.book import Book
+from cri_resmgr.policy.balloons.isolation import dedicated, dedicated_balloon, reclaim
 from cri_resmgr.policy.balloons.restore import restore
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
-from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, parse_config
+from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import checked_cpus
 from cri_resmgr.policy.resize import by_replacing
@@ -44,7 +45,7 @@ class BalloonsPolicy:
             raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
                                    "reserved; none left for balloons")
         self._topology = context.topology
-        self._book = Book(self._config, Nearness(context.topology), assignable, reserved)
+        self._book = Book(self._config, Nearness(context.topology, reserved), assignable, reserved)
         self._check_minimums()
         self._book.clear()
         self._create_minimums()
@@ -58,6 +59,7 @@ class BalloonsPolicy:
         """MinBalloons x MinCPUs of all types must fit in the CPUs balloons are made of."""
         book = self._book
         threads = self._topology.threads_per_core()
+        check_node(self._config, len(book.assignable), len(self._topology.online), threads)
         need = sum(t.min_balloons * t.min_cpus * (threads if t.hide_hyperthreads else 1)
                    for t in self._config.types if t.name != RESERVED)
         if need > len(book.assignable):
@@ -85,19 +87,32 @@ class BalloonsPolicy:
             raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
         old_free = book.free
         t, warning = type_for(self._config, workload, bool(book.reserved))
+        self._moved: tuple[set[Balloon], list[str]] = (set(), [])
         b, short = self._choose(t, workload)
-        b.members[workload.key] = workload
-        b.requested += workload.cpu_request
+        b.join(workload)
         book.member[workload.key] = b
         lacking = book.resize(b)
+        if lacking and dedicated_balloon(b):  # the pod's own balloon must grow: make room
+            self._make_room(lacking, b)
+            lacking = book.resize(b)
+        changed, moved = self._moved
+        notes = [f"{NAME}: {workload} ({workload.key}) in {b.name}: {m}" for m in moved]
         if short or lacking:
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
-            note = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
-                    f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
-                    f"({book.size(b)} {unit}, {b.requested}m requested)")
-            warning = f"{warning}; {note}" if warning else note
-        others = book.refresh({b}, old_free, workload.key)
+            notes.append(f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
+                         f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
+                         f"({book.size(b)} {unit}, {b.requested}m requested)")
+        if notes:
+            warning = "; ".join(([warning] if warning else []) + notes)
+        others = book.refresh(changed | {b}, old_free, workload.key)
         return Decision(resources=b.resources, others=others, warning=warning)
+
+    def _make_room(self, units: int, keep: Balloon | None = None) -> None:
+        """Move CPUs of balloons that are not dedicated to free, for a dedicated container
+        (isolation.py); what moved is kept for the decision."""
+        changed, notes = reclaim(self._book, units, keep)
+        self._moved[0].update(changed)
+        self._moved[1].extend(notes)
 
     def _choose(self, t: BalloonType, w: Workload) -> tuple[Balloon, bool]:
         """The balloon for `w` (created if need be) and whether it is a best-effort pick.
@@ -117,8 +132,8 @@ class BalloonsPolicy:
             growth = max(need - book.size(b), 0)
             if (t.max_cpus is None or need <= t.max_cpus) and growth <= free and namespace_ok(t, b, w):
                 fitting.append((preference(t, b, w, growth, book.size(b), free), b))
-        if not t.spread_pods:
-            same_pod = [item for item in fitting if item[1].has_pod(w)]
+        if not t.spread_pods and not dedicated(t, w):  # (a dedicated container's CPUs are its own)
+            same_pod = [item for item in fitting if item[1].has_pod(w) and not dedicated_balloon(item[1])]
             if same_pod:
                 return min(same_pod, key=lambda item: item[0])[1], False
         first = max(cpus_for_request(w.cpu_request, 1), t.min_cpus)
@@ -128,8 +143,17 @@ class BalloonsPolicy:
             empty = [item for item in fitting if not item[1].members]
             if empty:
                 return min(empty, key=lambda item: item[1].index)[1], False
+            if (not can_new and dedicated(t, w) and t.can_add_balloon(len(mine))
+                    and (t.max_cpus is None or first <= t.max_cpus)):
+                self._make_room(first - free)  # kubelet admitted it: other balloons' slack gives way
+                can_new = first <= book.free_units(t)
             if can_new:
                 return book.new_balloon(t, 0), False
+            if dedicated(t, w) and t.can_add_balloon(len(mine)):
+                # Short of CPUs even so (the requests do not fit): not beside another pod's
+                # containers in their balloon, best-effort in the default one. (When MaxBalloons
+                # is reached, sharing a balloon is what the configuration asks for.)
+                fitting = []
         if fitting:
             return min(fitting, key=lambda item: item[0])[1], False
         if can_new:
@@ -138,10 +162,13 @@ class BalloonsPolicy:
 
     def _best_effort(self, t: BalloonType, w: Workload) -> Balloon:
         """No balloon can hold the request: the type's balloon with the most room left,
-        a new one if some CPUs are free, else the default balloon."""
+        a new one if some CPUs are free, else the default balloon. A dedicated container
+        does not go into another pod's dedicated balloon (isolation.py)."""
         book = self._book
         free = book.free_units(t)
         mine = [b for b in book.by_type[t.name] if book.size(b) > 0 or free > 0]
+        if dedicated(t, w):
+            mine = [b for b in mine if not b.members]
         if mine:
             def room(b: Balloon) -> tuple[int, int]:
                 cap = book.size(b) + free
@@ -160,8 +187,7 @@ class BalloonsPolicy:
         if b is None:
             return Decision()
         old_free = book.free
-        w = b.members.pop(key)
-        b.requested -= w.cpu_request
+        b.leave(key)
         changed = {b}
         if not b.members and not book.is_fixed(b) and len(book.by_type[b.type.name]) > b.type.min_balloons:
             book.remove_balloon(b)
@@ -174,8 +200,7 @@ class BalloonsPolicy:
     def resize(self, workload: Workload) -> Decision:
         """policy.api.Resizable: released and allocated again; a size that cannot be met
         (a warning) restores every balloon as it was (policy/resize.py)."""
-        book = self._book
-        placed = [(b.members[k], self.assignment(k)) for k, b in book.member.items()]
+        placed = [b.members[k] for k, b in self._book.member.items()]
         return by_replacing(self, workload, placed)
 
     # -- restoring -------------------------------------------------------------------------------
@@ -220,18 +245,37 @@ class BalloonsPolicy:
     def usage(self) -> PolicyUsage:
         book = self._book
         pools = []
+        exclusive: dict[str, CPUSet] = {}
         for b in book.balloons.values():
             res = b.resources
+            runs_on = res.cpuset_cpus if res else CPUSet()
+            own = self._exclusive(b)
+            if own:
+                exclusive.update(dict.fromkeys(b.members, own))
             pools.append(PoolUsage(
-                name=b.name, cpus=b.cpus, exclusive=CPUSet(), shared=res.cpuset_cpus if res else CPUSet(),
+                name=b.name, cpus=b.cpus, exclusive=own, shared=runs_on - own,
                 kind=b.type.name, mems=(res.cpuset_mems or "") if res else "",
                 containers=tuple(b.members), requested_milli=b.requested))
         members = {b.name: len(b.members) for b in book.balloons.values()}
-        return PolicyUsage(tuple(pools), book.free, {}, members)
+        return PolicyUsage(tuple(pools), book.free, exclusive, members)
+
+    def expects_isolation(self, w: Workload) -> bool:
+        """Whether `w` is a dedicated container (isolation.py): for the simulator's check
+        that Guaranteed containers do not share CPUs when the requests fit; the others
+        share their balloon's CPUs by design."""
+        t, _ = type_for(self._config, w, bool(self._book.reserved))
+        return dedicated(t, w)
+
+    def _exclusive(self, b: Balloon) -> CPUSet:
+        """A dedicated container alone in its balloon holds the balloon's CPUs exclusively
+        (the lent idle CPUs it may also run on are not its own)."""
+        if len(b.members) == 1 and dedicated_balloon(b):
+            return b.cpus
+        return CPUSet()
 
 
     def _assignment(self, b: Balloon) -> Assignment:
         details: dict[str, object] = {"balloon": b.name, "type": b.type.name, "cpus": str(b.cpus)}
         if self._book.short(b):
             details["short"] = True  # placed best-effort: not enough CPUs for its requests
-        return Assignment(pool=b.name, details=details)
+        return Assignment(pool=b.name, exclusive=self._exclusive(b), details=details)

@@ -142,8 +142,7 @@ def _worse(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | None
 
 
 def _join(b: Balloon, w: Workload, book: Book) -> None:
-    b.members[w.key] = w
-    b.requested += w.cpu_request
+    b.join(w)
     book.member[w.key] = b
 
 

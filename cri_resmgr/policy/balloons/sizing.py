@@ -1,9 +1,12 @@
 """How many CPUs a balloon needs, and which CPUs it takes or gives back.
 
 Inflating takes CPUs as close to the balloon's current ones as the free set
-allows: the same core first, then the same L3 group, die, NUMA node, package,
-then anywhere; within the closest level that has enough, the topology-aware
-allocator picks (whole cores first, tight groups). Deflating gives back the
+allows: its own NUMA nodes (its cores, L3 group, die first), then the other
+nodes by distance; within each, whole cores before stray threads beside other
+balloons, and threads beside the reserved CPUs only when nothing else is left
+(Nearness.inflate). A new balloon starts in the node AllocatorTopologyBalancing
+picks (start_node); PreferSpreadOnPhysicalCores takes one thread of each core
+first. Deflating gives back the
 CPUs whose leaving keeps the rest most compact: from the node, die, L3 and
 core where the balloon has the fewest CPUs, so it shrinks out of its
 outskirts. With HideHyperthreads a balloon owns whole cores and its containers
@@ -13,7 +16,7 @@ see one thread of each.
 from __future__ import annotations
 
 from cri_resmgr.topology import Topology
-from cri_resmgr.topology.cpuallocator import CPUAllocator
+from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.topology.model import Level
 
@@ -21,6 +24,9 @@ __all__ = ["Nearness", "cpus_for_request", "NEAR_LEVELS", "COMPACT_LEVELS"]
 
 # Closest first: where inflating looks for CPUs.
 NEAR_LEVELS: tuple[Level, ...] = ("core", "l3", "die", "node", "package")
+# A free thread's relation to a balloon: on one of its cores, on a whole free core, or a
+# stray beside another balloon's (or the reserved) CPUs.
+_OWN, _WHOLE, _STRAY = 0, 1, 2
 # Widest first: what deflating keeps together.
 COMPACT_LEVELS: tuple[Level, ...] = ("package", "node", "die", "l3", "core")
 
@@ -34,7 +40,7 @@ def cpus_for_request(milli: int, members: int) -> int:
 class Nearness:
     """The topology's groups by CPU, for inflating near and deflating compactly."""
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, reserved: CPUSet | None = None) -> None:
         self.topology = topology
         self.allocator = CPUAllocator(topology)
         self._group_of: dict[Level, dict[int, CPUSet]] = {}
@@ -45,6 +51,10 @@ class Nearness:
                     of[cpu] = group
             self._group_of[level] = of
         self.core_of = self._group_of["core"]
+        # Threads that share a core with a reserved CPU: balloons take them last.
+        reserved = reserved or CPUSet()
+        self.beside_reserved = frozenset(
+            c for r in reserved for c in self.core_of.get(r, CPUSet([r])) if c not in reserved)
         self._kinds: dict[str, CPUSet] = {}
         for kind in ("performance", "efficiency"):
             self._kinds[kind] = CPUSet(c for c, info in topology.cpus.items() if info.kind == kind)
@@ -76,19 +86,6 @@ class Nearness:
         regions = [r for level in NEAR_LEVELS if (r := self.region(level, cpus))]
         return sorted(regions, key=len)
 
-    def roomiest(self, free: CPUSet, prefer: CPUSet | None) -> CPUSet:
-        """Where a new balloon starts: the free (preferred-kind) CPUs of the NUMA node with
-        the most of them, so that it has room to inflate without leaving the node."""
-        pool = (free & prefer) if prefer else free
-        if not pool:
-            pool = free
-        best = CPUSet()
-        for group in self.topology.groups("node"):
-            mine = pool & group
-            if len(mine) > len(best):
-                best = mine
-        return best or pool
-
     def kind_cpus(self, priority: str) -> CPUSet | None:
         """The CPUs of the preferred core kind; None: no preference (or no hybrid data)."""
         cpus = self._kinds.get(priority)
@@ -114,29 +111,151 @@ class Nearness:
 
     # -- inflating --------------------------------------------------------------------
 
-    def inflate(self, free: CPUSet, current: CPUSet, n: int, prefer: CPUSet | None = None) -> CPUSet:
-        """`n` CPUs of `free` nearest to `current` (AllocationError if fewer are free)."""
+    def inflate(self, free: CPUSet, current: CPUSet, n: int, prefer: CPUSet | None = None, *,
+                spread: bool = False, balance: bool = False) -> CPUSet:
+        """`n` CPUs of `free` for a balloon holding `current` (AllocationError if fewer are free).
+
+        Nearest first, by layers: the balloon's own NUMA nodes (its core, L3 group, die, then
+        the nodes), then the other nodes by distance, then anything. Within a layer, whole
+        cores before stray threads (whose core another balloon or the reserved CPUs use): the
+        balloon's own cores' free threads, then whole free cores, then strays; with `spread`
+        (PreferSpreadOnPhysicalCores) one thread of each new core first, the balloon's own
+        cores' other threads last. Threads that share a core with the reserved CPUs come
+        after everything else. A new balloon starts in the node `start_node` picks."""
         if n <= 0:
             return CPUSet()
-        if not current:
-            return self.allocator.allocate(free, n, self.roomiest(free, prefer))
-        chosen = CPUSet()
-        for region in self.near_regions(current):
-            candidates = (free & region) - chosen
-            need = n - len(chosen)
-            if len(candidates) >= need:
-                return chosen | self.allocator.allocate(candidates, need, prefer)
-            chosen = chosen | candidates
-        return chosen | self.allocator.allocate(free - chosen, n - len(chosen), prefer)
+        if n > len(free):
+            raise AllocationError(n, len(free), free)
+        if current:
+            own = CPUSet().union(*(self.topology.node_cpus(x) for x in self.topology.nodes_of(current)))
+            layers = [[r & own for r in self.near_regions(current) if r & own] + [own]]
+            origin = self.topology.nodes_of(current)
+        else:
+            node = self.start_node(free, n, prefer, balance)
+            own = self.topology.node_cpus(node)
+            usable = (free & own) - CPUSet(self.beside_reserved)
+            if not spread and len(usable) >= n:
+                # A new balloon in one node: the allocator packs it on the fewest cores
+                # (whole cores first, a remainder on a thread left over beside another).
+                return self.allocator.allocate(usable, n, prefer)
+            layers = [[own]]
+            origin = (node,)
+        layers += [[ring] for ring in self._distance_rings(origin)]
+        layers.append([self.topology.online])
+        beside = self.beside_reserved
+        chosen: set[int] = set()
+        remaining = set(free)
+        for last in (False, True):  # the threads beside reserved CPUs only when nothing else is left
+            for layer in layers:
+                for tier in range(3):
+                    for region in layer:
+                        need = n - len(chosen)
+                        if need == 0:
+                            return CPUSet(chosen)
+                        here = region.as_frozenset() & remaining
+                        cands = (here & beside) if last else (here - beside)
+                        if not cands:
+                            continue
+                        group = self._tier(cands, tier, current.as_frozenset() | frozenset(chosen), remaining, spread)
+                        if not group:
+                            continue
+                        took = (group if len(group) <= need else
+                                self.allocator.allocate(CPUSet(group), need, prefer).as_frozenset())
+                        chosen |= took
+                        remaining -= took
+        if len(chosen) < n:  # (cannot happen: every free CPU is in the last layer)
+            raise AllocationError(n, len(free), free)
+        return CPUSet(chosen)
 
-    def inflate_cores(self, free: CPUSet, current: CPUSet, cores: int, prefer: CPUSet | None = None) -> CPUSet:
+    def _tier(self, cands: frozenset[int], tier: int, base: frozenset[int], free: set[int],
+              spread: bool) -> frozenset[int]:
+        """The candidates of preference `tier` (0 best) for a balloon holding `base`: packed,
+        0 its own cores' free threads, 1 whole free cores, 2 strays; spread, 0 one thread of
+        each whole free core, 1 strays, 2 the rest (own cores' threads)."""
+        core_of = self.core_of
+        out = []
+        for c in cands:
+            core = core_of.get(c)
+            if core is None or len(core) == 1:
+                rank = 0 if spread else 1  # no SMT: a whole core
+            else:
+                cpus = core.as_frozenset()
+                kind = _OWN if not cpus.isdisjoint(base) else (_WHOLE if cpus <= free else _STRAY)
+                if not spread:
+                    rank = kind
+                elif kind == _WHOLE:
+                    rank = 0 if c == min(cpus) else 2
+                else:
+                    rank = 1 if kind == _STRAY else 2
+            if rank == tier:
+                out.append(c)
+        return frozenset(out)
+
+    def _distance_rings(self, origin: tuple[int, ...]) -> list[CPUSet]:
+        """The CPUs of the other nodes, grouped by their distance from the nearest of
+        `origin`, nearest group first."""
+        topo = self.topology
+        by: dict[int, set[int]] = {}
+        for node in topo.cpu_node_ids():
+            if node in origin:
+                continue
+            d = min(topo.distance(o, node) for o in origin)
+            by.setdefault(d, set()).update(topo.node_cpus(node))
+        return [CPUSet(by[d]) for d in sorted(by)]
+
+    def start_node(self, free: CPUSet, n: int, prefer: CPUSet | None, balance: bool) -> int:
+        """Where a new balloon of `n` CPUs starts. balance (AllocatorTopologyBalancing): the
+        package, die and node with the most free CPUs (of the preferred kind), so balloons
+        spread over the machine and have room to grow; otherwise packed, as the references
+        do by default: the package, die and node with the fewest free CPUs that still hold
+        the balloon (not counting threads beside the reserved CPUs), so whole parts of the
+        machine stay idle."""
+        topo = self.topology
+        pool = (free & prefer) if prefer and (free & prefer) else free
+        usable = pool - CPUSet(self.beside_reserved)
+        candidates = []
+        for node in topo.cpu_node_ids():
+            cpus = topo.node_cpus(node)
+            mine = pool & cpus
+            if not mine:
+                continue
+            first = min(mine)
+            pkg = len(pool & self._group_of["package"].get(first, cpus))
+            die = len(pool & self._group_of["die"].get(first, cpus))
+            holds = len(usable & cpus) >= n
+            candidates.append((node, holds, pkg, die, len(mine), self._cores_for(usable & cpus, n)))
+        if not candidates:
+            return topo.node_of(free.min())
+        if balance:
+            return max(candidates, key=lambda c: (c[2], c[3], c[4], -c[0]))[0]
+        holding = [c for c in candidates if c[1]]
+        if holding:  # on the fewest cores first: a whole core beats two stray threads
+            return min(holding, key=lambda c: (c[5], c[2], c[3], c[4], c[0]))[0]
+        return max(candidates, key=lambda c: (c[2], c[3], c[4], -c[0]))[0]  # spills anyway: most room
+
+    def _cores_for(self, cpus: CPUSet, n: int) -> int:
+        """The fewest cores that give `n` of `cpus` (the fullest cores first)."""
+        per_core: dict[int, int] = {}
+        for c in cpus:
+            key = self.core_of[c].min() if c in self.core_of else c
+            per_core[key] = per_core.get(key, 0) + 1
+        used = 0
+        for count in sorted(per_core.values(), reverse=True):
+            if n <= 0:
+                break
+            n -= count
+            used += 1
+        return used
+
+    def inflate_cores(self, free: CPUSet, current: CPUSet, cores: int, prefer: CPUSet | None = None, *,
+                      balance: bool = False) -> CPUSet:
         """`cores` whole free cores nearest to `current` (HideHyperthreads balloons)."""
         whole = self.whole_cores(free)
         chosen = CPUSet()
         for _ in range(cores):
             base = current | chosen
             pool = whole - chosen
-            pick = self.inflate(pool, base, 1, prefer)
+            pick = self.inflate(pool, base, 1, prefer, balance=balance)
             chosen = chosen | self.core_of.get(pick.min(), pick)
         return chosen
 

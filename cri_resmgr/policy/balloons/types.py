@@ -4,6 +4,8 @@
       Active: balloons
       balloons:
         PinMemory: true                 # default for every type
+        PreferSpreadOnPhysicalCores: false   # default for every type
+        AllocatorTopologyBalancing: false    # default for every type
         ReservedPoolNamespaces: [kube-system, "monitoring-*"]
         BalloonTypes:
           - Name: dataplane
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
@@ -39,8 +42,8 @@ from cri_resmgr.policy.pools import option_bool
 from cri_resmgr.topology.model import Level
 
 __all__ = [
-    "BalloonType", "BalloonsConfig", "parse_config", "RESERVED", "DEFAULT", "SECTION",
-    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS",
+    "BalloonType", "BalloonsConfig", "parse_config", "canonical_keys", "RESERVED", "DEFAULT", "SECTION",
+    "SHARE_LEVELS", "Priority", "POLICY_OPTIONS", "TYPE_OPTIONS", "check_node",
 ]
 
 SECTION = "policy.balloons"
@@ -61,16 +64,20 @@ SHARE_LEVELS: dict[str, Level | None] = {
     "l3cache": "l3", "core": "core",
 }
 
-POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces")
+POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces", "PreferSpreadOnPhysicalCores",
+                  "AllocatorTopologyBalancing")
 TYPE_OPTIONS = (
     "Name", "Namespaces", "MatchExpressions", "MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons",
     "AllocatorPriority", "PreferSpreadingPods", "PreferNewBalloons", "PreferPerNamespaceBalloon",
-    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass",
+    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass", "PreferSpreadOnPhysicalCores",
+    "AllocatorTopologyBalancing",
 )
+# nri-plugins' numeric AllocatorPriority: 0 High, 1 Normal, 2 Low, 3 None.
+_NUMERIC_PRIORITIES: dict[int, Priority] = {0: "performance", 1: "none", 2: "efficiency", 3: "none"}
 # The reserved balloon is the reserved CPUs, exactly one of it: nothing sizes it.
 _RESERVED_FIXED = ("MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons", "HideHyperthreads",
                    "AllocatorPriority", "PreferNewBalloons", "PreferSpreadingPods",
-                   "PreferPerNamespaceBalloon")
+                   "PreferPerNamespaceBalloon", "PreferSpreadOnPhysicalCores", "AllocatorTopologyBalancing")
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,8 @@ class BalloonType:
     per_namespace: bool = False  # a balloon holds containers of one namespace
     share_idle: str | None = None  # a SHARE_LEVELS key
     hide_hyperthreads: bool = False
+    spread_cores: bool = False  # PreferSpreadOnPhysicalCores: one thread of each core first
+    balance: bool = False  # AllocatorTopologyBalancing: new balloons where most CPUs are free
     pin_memory: bool = True
     cpu_class: str = ""
     order: int = 0  # position in BalloonTypes: matching tries types in this order
@@ -134,47 +143,68 @@ class BalloonsConfig:
 
 def parse_config(options: Mapping[str, Any], section: str = SECTION) -> BalloonsConfig:
     """The policy's option section as a BalloonsConfig; raises ConfigValueError naming the key."""
-    for name in options:
-        if name not in POLICY_OPTIONS:
-            raise ConfigValueError(f"{section}.{name}: unknown option (known: {', '.join(POLICY_OPTIONS)})")
+    options = canonical_keys(options, POLICY_OPTIONS, section, "option")
     pin = option_bool(options, "PinMemory", section.removeprefix("policy."), default=True)
+    defaults = {key: option_bool(options, key, section.removeprefix("policy."))
+                for key in ("PreferSpreadOnPhysicalCores", "AllocatorTopologyBalancing")}
     reserved_ns = _globs(options.get("ReservedPoolNamespaces", ["kube-system"]),
                          f"{section}.ReservedPoolNamespaces")
     raw = options.get("BalloonTypes", [])
     if raw is None:
         raw = []
     if not isinstance(raw, Sequence) or isinstance(raw, str):
-        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {raw!r}")
+        raise ConfigValueError(f"{section}.BalloonTypes: expected a list of balloon types, got {short(raw)}")
     parsed: dict[str, BalloonType] = {}
     for i, entry in enumerate(raw):
         where = f"{section}.BalloonTypes[{i}]"
-        if isinstance(entry, Mapping) and entry.get("Name") == DEFAULT:
-            entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
-        t = parse_type(entry, where, pin, i)
+        if isinstance(entry, Mapping):
+            entry = canonical_keys(entry, TYPE_OPTIONS, where, "balloon type option")
+            if entry.get("Name") == DEFAULT:
+                entry = {"MinBalloons": 1, "MaxBalloons": 1, **entry}  # one default balloon unless told
+        t = parse_type(entry, where, pin, i, defaults)
         if t.name in parsed:
-            raise ConfigValueError(f"{where}.Name: balloon type {t.name!r} is defined twice")
+            raise ConfigValueError(f"{where}.Name: balloon type {short(t.name)} is defined twice")
         parsed[t.name] = t
     count = len(parsed)
     reserved = parsed.pop(RESERVED, None) or BalloonType(RESERVED, pin_memory=pin)
     reserved = _fixed_reserved(reserved)
-    default = parsed.pop(DEFAULT, None) or BalloonType(DEFAULT, pin_memory=pin, min_balloons=1, max_balloons=1)
+    default = parsed.pop(DEFAULT, None) or BalloonType(
+        DEFAULT, pin_memory=pin, min_balloons=1, max_balloons=1,
+        spread_cores=defaults["PreferSpreadOnPhysicalCores"], balance=defaults["AllocatorTopologyBalancing"])
     default = _sane_default(default)
     user = sorted(parsed.values(), key=lambda t: t.order)
     types = (reserved, *user, _reordered(default, count))
     return BalloonsConfig(types=types, reserved_namespaces=reserved_ns)
 
 
-def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0) -> BalloonType:
+def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, what: str) -> dict[str, Any]:
+    """`entry` with its keys spelt as `known` spells them: the references read their
+    configuration case-insensitively (`ShareIdleCpusInSame`, `CPUClass`, camelCase in
+    nri-plugins), so a key differing only in case is the same key; anything else is an
+    error naming it."""
+    by_lower = {k.lower(): k for k in known}
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        name = by_lower.get(str(key).lower())
+        if name is None:
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: unknown {what} (known: {', '.join(known)})")
+        if name in out:
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: given twice (as {name} too)")
+        out[name] = value
+    return out
+
+
+def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
+               defaults: Mapping[str, bool] | None = None) -> BalloonType:
     if not isinstance(entry, Mapping):
-        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {entry!r}")
-    for key in entry:
-        if key not in TYPE_OPTIONS:
-            raise ConfigValueError(f"{where}.{key}: unknown balloon type option (known: {', '.join(TYPE_OPTIONS)})")
+        raise ConfigValueError(f"{where}: expected a mapping with Name, Namespaces, MinCPUs..., got {short(entry)}")
+    entry = canonical_keys(entry, TYPE_OPTIONS, where, "balloon type option")
+    defaults = defaults or {}
     name = entry.get("Name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigValueError(f"{where}.Name: missing (every balloon type needs a name)")
     if any(ch in name for ch in "[]/ ") or name != name.strip():
-        raise ConfigValueError(f"{where}.Name: {name!r} may not contain spaces, '/', '[' or ']'")
+        raise ConfigValueError(f"{where}.Name: {short(name)} may not contain spaces, '/', '[' or ']'")
     if name == RESERVED:
         fixed = [k for k in _RESERVED_FIXED if k in entry]
         if fixed:
@@ -193,19 +223,22 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
     if max_balloons is not None and (max_balloons < min_balloons or max_balloons == 0):
         raise ConfigValueError(f"{where}.MaxBalloons: {max_balloons} is below MinBalloons ({min_balloons}) or 1")
     priority_raw = entry.get("AllocatorPriority", "none")
-    priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
+    if isinstance(priority_raw, int) and not isinstance(priority_raw, bool):
+        priority = _NUMERIC_PRIORITIES.get(priority_raw)
+    else:
+        priority = _PRIORITIES.get(str(priority_raw).strip().lower()) if isinstance(priority_raw, str) else None
     if priority is None:
-        raise ConfigValueError(f"{where}.AllocatorPriority: {priority_raw!r} is not one of "
-                               "performance, efficiency, none")
+        raise ConfigValueError(f"{where}.AllocatorPriority: {short(priority_raw)} is not one of "
+                               "performance (high, 0), efficiency (low, 2), none (normal, 1, 3)")
     share = entry.get("ShareIdleCPUsInSame")
     if share is not None:
         if not isinstance(share, str) or share.strip().lower() not in SHARE_LEVELS:
-            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {share!r} is not one of "
+            raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {short(share)} is not one of "
                                    f"{', '.join(SHARE_LEVELS)}")
         share = share.strip().lower()
     cpu_class = entry.get("CpuClass", "")
     if not isinstance(cpu_class, str):
-        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {cpu_class!r}")
+        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {short(cpu_class)}")
     section = where.removeprefix("policy.")
     return BalloonType(
         name=name,
@@ -218,9 +251,33 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0)
         per_namespace=option_bool(entry, "PreferPerNamespaceBalloon", section),
         share_idle=share,
         hide_hyperthreads=option_bool(entry, "HideHyperthreads", section),
+        spread_cores=option_bool(entry, "PreferSpreadOnPhysicalCores", section,
+                                 default=defaults.get("PreferSpreadOnPhysicalCores", False)),
+        balance=option_bool(entry, "AllocatorTopologyBalancing", section,
+                            default=defaults.get("AllocatorTopologyBalancing", False)),
         pin_memory=option_bool(entry, "PinMemory", section, default=pin_default),
         cpu_class=cpu_class, order=order, configured=True,
     )
+
+
+def check_node(config: BalloonsConfig, assignable: int, online: int, threads: int = 1) -> None:
+    """Every count and size of every type within what this node holds: MinCPUs within
+    the CPUs balloons are made of (whole cores with HideHyperthreads), and MinBalloons
+    at most one balloon per such CPU (a million empty balloons is no configuration,
+    and would take the relay minutes to build). ConfigValueError names the key and
+    the node's numbers."""
+    node = f"this node has {online} CPUs online, {assignable} of them available to balloons"
+    for t in config.types:
+        if t.name == RESERVED or not t.configured:
+            continue
+        where = f"{SECTION}.BalloonTypes[{t.order if t.name != DEFAULT else 'Name=default'}]"
+        per_cpu = threads if t.hide_hyperthreads else 1
+        if t.min_cpus * per_cpu > assignable:
+            hidden = f" ({t.min_cpus * per_cpu} with HideHyperthreads)" if per_cpu > 1 else ""
+            raise ConfigValueError(f"{where}.MinCPUs: {t.min_cpus} CPUs{hidden} per balloon cannot be "
+                                   f"given: {node}")
+        if t.min_balloons > assignable:
+            raise ConfigValueError(f"{where}.MinBalloons: {t.min_balloons} balloons cannot be made: {node}")
 
 
 def _fixed_reserved(t: BalloonType) -> BalloonType:
@@ -238,11 +295,11 @@ def _reordered(t: BalloonType, last: int) -> BalloonType:
 
 
 def _count(entry: Mapping[str, Any], key: str, where: str, default: int | None) -> Any:
-    value = entry.get(key, default)
-    if value is None:
-        return None
+    value = entry.get(key)
+    if value is None:  # absent, or `MinCPUs:` with no value: the default
+        return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {value!r}")
+        raise ConfigValueError(f"{where}.{key}: expected a non-negative whole number, got {short(value)}")
     if key in ("MaxCPUs", "MaxBalloons") and value == 0:
         return None  # 0 means no limit, as in the original policy
     return value
@@ -252,5 +309,5 @@ def _globs(value: Any, key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {value!r}")
+        raise ConfigValueError(f"{key}: expected a list of namespace names or globs, got {short(value)}")
     return tuple(value)

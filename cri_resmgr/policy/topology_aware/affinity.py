@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from cri_resmgr.bounded import InputError, clip, load_yaml, short
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
 from cri_resmgr.policy.topology_aware.memory import AnnotationError
@@ -43,6 +44,8 @@ __all__ = ["Rule", "parse_rules", "rule_weight", "pool_scores", "AffinityIndex",
 
 AFFINITY = "affinity"
 ANTI_AFFINITY = "anti-affinity"
+AFFINITY_DEPTH = 8  # a list of rules of expressions of values: 4
+AFFINITY_VALUES = 10_000  # far more than any real annotation holds, aliases counted expanded
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,11 @@ def parse_rules(w: Workload) -> tuple[Rule, ...]:
 
 def _parse(text: str, name: str, w: Workload, sign: int) -> list[Rule]:
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, name, max_depth=AFFINITY_DEPTH, max_nodes=AFFINITY_VALUES)
+    except InputError as e:  # an alias bomb, 5000-deep nesting: refused before it costs
+        raise AnnotationError(str(e)) from None
     except yaml.YAMLError as e:
-        raise AnnotationError(f"{name}: not YAML: {' '.join(str(e).split())}") from None
+        raise AnnotationError(f"{name}: not YAML: {clip(' '.join(str(e).split()), 160)}") from None
     if data is None:
         return []
     if isinstance(data, Mapping) and not {"match", "scope", "weight"} & set(map(str, data)):
@@ -90,21 +95,21 @@ def _parse(text: str, name: str, w: Workload, sign: int) -> list[Rule]:
     if isinstance(data, Mapping):
         data = [data]
     if not isinstance(data, Sequence) or isinstance(data, str):
-        raise AnnotationError(f"{name}: expected a list of {{scope, match, weight}}, got {data!r}")
+        raise AnnotationError(f"{name}: expected a list of {{scope, match, weight}}, got {short(data)}")
     return [_rule(item, f"{name}[{i}]", sign) for i, item in enumerate(data)]
 
 
 def _rule(item: Any, where: str, sign: int) -> Rule:
     if not isinstance(item, Mapping):
-        raise AnnotationError(f"{where}: expected a mapping with scope, match and weight, got {item!r}")
+        raise AnnotationError(f"{where}: expected a mapping with scope, match and weight, got {short(item)}")
     unknown = sorted(set(map(str, item)) - {"scope", "match", "weight"})
     if unknown:
-        raise AnnotationError(f"{where}.{unknown[0]}: unknown field (known: scope, match, weight)")
+        raise AnnotationError(f"{where}.{clip(unknown[0], 60)}: unknown field (known: scope, match, weight)")
     if item.get("match") is None:
         raise AnnotationError(f"{where}.match: missing")
     weight = item.get("weight", 1)
     if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
-        raise AnnotationError(f"{where}.weight: expected a non-negative integer, got {weight!r}")
+        raise AnnotationError(f"{where}.weight: expected a non-negative integer, got {short(weight)}")
     try:
         match = parse_list(item["match"], f"{where}.match")
         scope = parse_list(item["scope"], f"{where}.scope") if item.get("scope") is not None else None

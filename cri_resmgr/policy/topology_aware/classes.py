@@ -9,8 +9,9 @@ CPU classes, as the original CRI Resource Manager:
   `prefer-reserved-cpus: "false"` takes a container out of a reserved namespace, and
   one whose CPU request is more than the reserved CPUs hold runs shared (with a warning);
 * exclusive: Guaranteed with whole CPUs: that many CPUs of its own (isolated ones when
-  preferred and free);
-* mixed: Guaranteed with whole CPUs and a fraction: the fraction on the pool's shared CPUs;
+  preferred and free; for 2 CPUs or more only when the annotation says so);
+* mixed: Guaranteed with whole CPUs and a fraction: the fraction on the pool's shared CPUs
+  (2.x CPUs and more only with `prefer-shared-cpus: "false"`, else shared);
 * shared: Guaranteed fractional, Burstable, BestEffort, and whoever prefers shared CPUs.
 
 Burstable containers are placed by their limits, as in the references: a CPU limit asks
@@ -100,6 +101,13 @@ def request_of(w: Workload, options: Options, reserved_cpus: int) -> Request:
         return Request(CPUClass.SHARED, shared_milli=w.cpu_request, warnings=tuple(warnings), **common)
     prefer_shared = options.prefer_shared if w.prefer_shared is None else w.prefer_shared
     whole, fraction = divmod(w.cpu_request, 1000)
+    if whole >= 2:
+        # As the references: a container of several CPUs uses isolated ones, and splits into
+        # exclusive CPUs and a shared fraction, only when annotated so (it must spread its
+        # own threads over them); one of 1.x CPUs does by default.
+        common["prefer_isolated"] = bool(w.prefer_isolated)
+        if fraction and w.prefer_shared is not False:
+            prefer_shared = True
     if w.qos is QoS.GUARANTEED and whole and not prefer_shared:
         cls = CPUClass.MIXED if fraction else CPUClass.EXCLUSIVE
         return Request(cls, exclusive=whole, shared_milli=fraction, warnings=tuple(warnings), **common)

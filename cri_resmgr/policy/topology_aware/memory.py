@@ -2,7 +2,7 @@
 cold (cold-start), and which pool's nodes hold its memory (widened up the tree until
 its request fits).
 
-    cri-resource-manager.intel.com/memory-type: dram,pmem    (dram, pmem, cxl, hbm; a list)
+    cri-resource-manager.intel.com/memory-type: dram,pmem    (dram, pmem, cxl, hbm, mixed; a list)
     cri-resource-manager.intel.com/cold-start: 30s           (seconds, or 500ms, 2m, 1h, 1m30s,
                                                               or `duration: 30s` as CRI-RM)
 
@@ -17,16 +17,20 @@ from collections.abc import Mapping
 
 import yaml
 
+from cri_resmgr.bounded import InputError, load_yaml, short
 from cri_resmgr.policy.topology_aware.pooltree import KINDS, Pool
 
 __all__ = ["AnnotationError", "parse_memory_type", "parse_duration", "memory_pool", "available_kinds", "DEFAULT_KINDS"]
 
 DEFAULT_KINDS: tuple[str, ...] = ("dram",)
 _ALIASES = {"dram": "dram", "pmem": "pmem", "cxl": "pmem", "hbm": "hbm"}
+_ALL = ("dram", "pmem", "hbm")  # "mixed", nri-plugins' name for every kind
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
-_BARE = re.compile(r"^\d+(?:\.\d+)?$")  # seconds
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_COMPOUND = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")  # Go's time.ParseDuration, as the references
+# ASCII digits, a dozen at most: "١s" and 400 digits (an infinite cold start) are no durations.
+_BARE = re.compile(r"^\d{1,12}(?:\.\d{1,9})?$", re.ASCII)  # seconds
+_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)(ms|s|m|h)", re.ASCII)
+_COMPOUND = re.compile(r"^(?:\d{1,12}(?:\.\d{1,9})?(?:ms|s|m|h)){1,8}$", re.ASCII)  # Go's time.ParseDuration
+MAX_DURATION = 7 * 24 * 3600.0  # a week: a cold start longer than that is a typo
 
 
 class AnnotationError(ValueError):
@@ -37,16 +41,20 @@ def parse_memory_type(value: str | None) -> tuple[str, ...]:
     """The kinds named by a memory-type annotation, in KINDS order; None: the default."""
     if value is None:
         return DEFAULT_KINDS
-    kinds = set()
+    kinds: set[str] = set()
     for item in value.replace(" ", ",").split(","):
         item = item.strip().lower()
         if not item:
             continue
+        if item == "mixed":
+            kinds.update(_ALL)
+            continue
         if item not in _ALIASES:
-            raise AnnotationError(f"memory-type: unknown memory type {item!r} (known: dram, pmem, cxl, hbm)")
+            raise AnnotationError(f"memory-type: unknown memory type {short(item)} "
+                                  "(known: dram, pmem, cxl, hbm, mixed)")
         kinds.add(_ALIASES[item])
     if not kinds:
-        raise AnnotationError(f"memory-type: no memory type in {value!r}")
+        raise AnnotationError(f"memory-type: no memory type in {short(value)}")
     return tuple(k for k in KINDS if k in kinds)
 
 
@@ -68,24 +76,29 @@ def parse_duration(value: str | None, what: str = "cold-start") -> float | None:
                               f"got {_shown(value)}")
     if seconds <= 0:
         raise AnnotationError(f"{what}: the duration must be positive, got {_shown(value)}")
+    if seconds > MAX_DURATION:
+        raise AnnotationError(f"{what}: {_shown(value)} is longer than a week ({MAX_DURATION:g}s)")
     return seconds
 
 
 def _duration_field(text: str, what: str, value: str) -> str:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = load_yaml(text, what, max_depth=4, max_nodes=100)
+    except (InputError, yaml.YAMLError):
         data = None
     if not isinstance(data, dict):
         raise AnnotationError(f"{what}: expected a duration or 'duration: 10s', got {_shown(value)}")
     fields = {str(k).lower(): v for k, v in data.items()}
     if set(fields) != {"duration"}:
-        raise AnnotationError(f"{what}: expected only the field duration, got {_shown(', '.join(map(str, data)))}")
-    return str(fields["duration"]).strip()
+        raise AnnotationError(f"{what}: expected only the field duration, got {short(list(data))}")
+    duration = fields["duration"]
+    if isinstance(duration, bool) or not isinstance(duration, str | int | float):
+        raise AnnotationError(f"{what}.duration: expected a duration such as 10s, got {short(duration)}")
+    return str(duration).strip()
 
 
 def _shown(value: str, limit: int = 60) -> str:
-    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+    return short(value, limit)
 
 
 def available_kinds(pool: Pool, kinds: tuple[str, ...]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import check_options, option_bool
 
@@ -73,7 +74,7 @@ def parse_level(value: str, where: str, error: type[ValueError]) -> str | None:
     if text == "":
         return None
     if text not in LEVEL_NAMES:
-        raise error(f"{where}: unknown level {value!r} (one of {', '.join(sorted(LEVEL_NAMES))})")
+        raise error(f"{where}: unknown level {short(value)} (one of {', '.join(sorted(LEVEL_NAMES))})")
     return LEVEL_NAMES[text]
 
 
@@ -82,7 +83,7 @@ def _level(value: object) -> str | None:
     if isinstance(value, bool):  # YAML's false / true
         value = "true" if value else "false"
     if not isinstance(value, str):
-        raise ConfigValueError(f"{key}: expected a level name (system, package, die, numa, l3), got {value!r}")
+        raise ConfigValueError(f"{key}: expected a level name (system, package, die, numa, l3), got {short(value)}")
     return parse_level(value, key, ConfigValueError)
 
 
@@ -93,10 +94,10 @@ def _namespaces(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",")]
     if not isinstance(value, Sequence) or isinstance(value, str):
-        raise ConfigValueError(f"{key}: expected a list of namespaces, got {value!r}")
+        raise ConfigValueError(f"{key}: expected a list of namespaces, got {short(value)}")
     out = []
     for item in value:
         if not isinstance(item, str) or not item.strip():
-            raise ConfigValueError(f"{key}: expected namespace names (globs allowed), got {item!r}")
+            raise ConfigValueError(f"{key}: expected namespace names (globs allowed), got {short(item)}")
         out.append(item.strip())
     return tuple(out)

@@ -93,6 +93,13 @@ class FrameRelay:
             self.runtime_up = True
             log.info("runtime at %s is back", self.upstream_path)
 
+    def runtime_probed(self, up: bool, why: str = "") -> None:
+        """See contract.Transport.runtime_probed."""
+        if up:
+            self.runtime_back()
+        else:
+            self.runtime_lost(why or "does not answer")
+
     # -- configuration -------------------------------------------------------------
 
     def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,

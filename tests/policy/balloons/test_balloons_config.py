@@ -54,13 +54,21 @@ def test_configured_default_and_reserved():
 
 
 @pytest.mark.parametrize("options, key", [
-    ({"Balloontypes": []}, "policy.balloons.Balloontypes"),
+    ({"BalloonTipes": []}, "policy.balloons.BalloonTipes"),
+    ({"BalloonTypes": [], "balloontypes": []}, "policy.balloons.balloontypes: given twice"),
     ({"BalloonTypes": {"Name": "a"}}, "policy.balloons.BalloonTypes:"),
     ({"BalloonTypes": ["a"]}, "policy.balloons.BalloonTypes[0]:"),
     ({"BalloonTypes": [{"Namespaces": ["x"]}]}, "policy.balloons.BalloonTypes[0].Name"),
     ({"BalloonTypes": [{"Name": "a b"}]}, "policy.balloons.BalloonTypes[0].Name"),
     ({"BalloonTypes": [{"Name": "a"}, {"Name": "a"}]}, "policy.balloons.BalloonTypes[1].Name"),
-    ({"BalloonTypes": [{"Name": "a", "MinCpus": 1}]}, "policy.balloons.BalloonTypes[0].MinCpus"),
+    ({"BalloonTypes": [{"Name": "a", "MinCpu": 1}]}, "policy.balloons.BalloonTypes[0].MinCpu"),
+    ({"BalloonTypes": [{"Name": "a", "PreferNewBalloon": True}]}, "policy.balloons.BalloonTypes[0].PreferNewBalloon"),
+    ({"BalloonTypes": [{"Name": "a", "AllocatorPriority": 4}]}, "policy.balloons.BalloonTypes[0].AllocatorPriority"),
+    ({"BalloonTypes": [{"Name": "a", "PreferSpreadOnPhysicalCores": "both"}]},
+     "policy.balloons.BalloonTypes[0].PreferSpreadOnPhysicalCores"),
+    ({"AllocatorTopologyBalancing": 1}, "policy.balloons.AllocatorTopologyBalancing"),
+    ({"BalloonTypes": [{"Name": "reserved", "AllocatorTopologyBalancing": True}]},
+     "policy.balloons.BalloonTypes[0].AllocatorTopologyBalancing"),
     ({"BalloonTypes": [{"Name": "a", "MinCPUs": -1}]}, "policy.balloons.BalloonTypes[0].MinCPUs"),
     ({"BalloonTypes": [{"Name": "a", "MinCPUs": "2"}]}, "policy.balloons.BalloonTypes[0].MinCPUs"),
     ({"BalloonTypes": [{"Name": "a", "MinCPUs": 4, "MaxCPUs": 2}]}, "policy.balloons.BalloonTypes[0].MaxCPUs"),
@@ -83,6 +91,17 @@ def test_bad_options_name_the_key(options, key):
     with pytest.raises(ConfigValueError) as e:
         parse_config(options)
     assert str(e.value).startswith(key), str(e.value)
+
+
+def test_keys_are_read_as_the_references_read_them_whatever_their_case():
+    # CRI-RM's e2e configurations write ShareIdleCpusInSame and CPUClass, nri-plugins camelCase
+    config = parse_config({"preferSpreadOnPhysicalCores": True, "balloonTypes": [
+        {"name": "a", "minCPUs": 2, "ShareIdleCpusInSame": "numa", "CPUClass": "turbo", "AllocatorPriority": 0},
+        {"Name": "b", "PreferSpreadOnPhysicalCores": False, "AllocatorPriority": 2}]})
+    a, b = config.type("a"), config.type("b")
+    assert a.min_cpus == 2 and a.share_idle == "numa" and a.cpu_class == "turbo" and a.priority == "performance"
+    assert a.spread_cores and not b.spread_cores and b.priority == "efficiency"
+    assert config.default.spread_cores and not config.default.balance
 
 
 def test_minimums_that_cannot_fit_are_refused():

@@ -266,8 +266,11 @@ def test_pin_memory_off_leaves_mems_alone(two_nodes):
 def test_4096_cpus():
     topo = machine(packages=8, cores=256, nodes_per_package=4, threads=2)
     assert len(topo.online) == 4096
+    # Balloons that grow pod by pod stay in one node when each starts where most is free
+    # (AllocatorTopologyBalancing); packed, the next balloon starts beside the last one.
     p = policy(topo, [dict(DP, MaxCPUs=64, MaxBalloons=32), dict(BATCH, MaxBalloons=64,
-                                                                 ShareIdleCPUsInSame="numa")], reserved=8)
+                                                                 ShareIdleCPUsInSame="numa")], reserved=8,
+               AllocatorTopologyBalancing=True)
     for i in range(200):
         p.allocate(wl(f"d{i}", 6000, "dpdk"))
         p.allocate(wl(f"b{i}", 3000, "batch"))

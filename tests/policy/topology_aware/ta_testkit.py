@@ -119,8 +119,12 @@ def random_workload(rng: random.Random, key: str) -> Workload:
         ann["anti-affinity"] = "- match: {key: app, operator: Equals, values: [b]}"
     elif roll < 0.23 and qos == "Burstable":
         ann["unlimited-burstable"] = rng.choice(["package", "true", "node"])
+    limits = {}
+    if qos == "Burstable":  # CPU and memory limits, or none (the references place by them)
+        limits = {"cpu_limit": rng.choice([None, cpu, 2 * cpu, 6000]),
+                  "memory_limit": rng.choice([None, GiB, 8 * GiB])}
     return wl(key, qos, cpu, namespace=rng.choice(["default", "default", "shop"]),
-              labels={"app": rng.choice(["a", "b", "c"])}, annotations=ann,
+              labels={"app": rng.choice(["a", "b", "c"])}, annotations=ann, **limits,
               memory_request=rng.choice([0, 0, GiB, 4 * GiB]),
               system=rng.random() < 0.05, prefer_shared=rng.choice([None, None, None, True]),
               prefer_isolated=rng.choice([None, None, False, True]))

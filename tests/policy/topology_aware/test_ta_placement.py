@@ -67,7 +67,7 @@ def test_guaranteed_integer_gets_exclusive_cpus_and_shared_ones_are_updated(topo
     # A shared container of the ROOT pool always sees exclusive CPUs come and go.
     policy.allocate(wl("wide", "Burstable", 100, annotations={"unlimited-burstable": "true"}))
     assert policy.assignment("wide").pool == "root"
-    d = policy.allocate(wl("g2", "Guaranteed", 1000))
+    d = policy.allocate(wl("g2", "Guaranteed", 1000, prefer_isolated=False))
     assert d.others["wide"].cpuset_cpus == policy.tree.root.sharable - policy.book.used
     assert d.resources.cpuset_cpus.isdisjoint(d.others["wide"].cpuset_cpus)
     d = policy.release("g2")
@@ -97,7 +97,7 @@ def test_knock_on_updates_reach_pools_above_and_not_siblings(topo):
 
 def test_mixed_guaranteed_gets_exclusive_plus_the_pool_shared(topo):
     policy = make(topo, reserved="cpuset:0")
-    d = policy.allocate(wl("m", "Guaranteed", 2500))
+    d = policy.allocate(wl("m", "Guaranteed", 2500, prefer_shared=False))
     a = policy.assignment("m")
     assert len(a.exclusive) == 2 and a.details["class"] == "mixed"
     assert d.resources.cpuset_cpus == a.exclusive | policy.book.shared[policy.tree[a.pool]]
@@ -107,6 +107,20 @@ def test_mixed_guaranteed_gets_exclusive_plus_the_pool_shared(topo):
     assert policy.assignment("x").pool == a.pool
     assert d2.others["m"].cpuset_cpus == a.exclusive | policy.book.shared[policy.tree[a.pool]]
     assert d2.resources.cpuset_cpus.isdisjoint(d2.others["m"].cpuset_cpus)
+
+
+def test_several_cpus_mixed_or_isolated_only_when_annotated(topo):
+    # As the references: 2.x CPUs are shared unless prefer-shared-cpus: "false"; 1.x mixed.
+    policy = make(topo)
+    policy.allocate(wl("two-half", "Guaranteed", 2500))
+    policy.allocate(wl("one-half", "Guaranteed", 1500, prefer_isolated=False))
+    assert policy.assignment("two-half").details["class"] == "shared"
+    assert policy.assignment("one-half").details["class"] == "mixed"
+    # Isolated CPUs (30-31 here): a 1-CPU container by default, a 2-CPU one only when annotated.
+    policy.allocate(wl("two", "Guaranteed", 2000))
+    assert policy.assignment("two").exclusive.isdisjoint(CPUSet([30, 31]))
+    policy.allocate(wl("two-iso", "Guaranteed", 2000, prefer_isolated=True))
+    assert policy.assignment("two-iso").exclusive == CPUSet([30, 31])
 
 
 def test_fractional_guaranteed_and_prefer_shared_run_shared(topo):

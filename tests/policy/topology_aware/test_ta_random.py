@@ -25,6 +25,9 @@ CONFIGS = {
     "nopin-memory": {"reserved": 1, "PinMemory": False},
     "prefer-shared-colocate": {"reserved": 1, "PreferSharedCPUs": True, "ColocatePods": True},
     "colocate-ns": {"reserved": 1, "ColocateNamespaces": True},
+    # The policy's own default level for Burstable containers without a CPU limit.
+    "unlimited-burstable-package": {"reserved": 1, "UnlimitedBurstable": "package"},
+    "unlimited-burstable-system": {"UnlimitedBurstable": "system"},
 }
 
 

@@ -209,3 +209,29 @@ def test_burstable_memory_by_limit_and_unlimited_burstable_level():
                              "          annotations: {cri-resource-manager.intel.com/unlimited-burstable: numa}")
     out = run(annotated, "2s/4n/8c/1t/mem=1g", UnlimitedBurstable="system")
     assert len(nodes_of(out.topology, placed(out)["unlimited:c"].cpuset_cpus)) == 1
+
+
+def test_memory_type_mixed_is_every_kind():
+    # nri-plugins' "mixed". Before: "unknown memory type 'mixed'".
+    from cri_resmgr.policy.topology_aware.memory import parse_memory_type
+    assert parse_memory_type("mixed") == ("dram", "pmem", "hbm")
+    assert parse_memory_type("hbm,mixed") == ("dram", "pmem", "hbm")
+
+
+def test_the_issue_command_line(tmp_path, capsys):
+    # Fault 1 exactly as the issue runs it: cri-resmgr simulate -shape 2s/4n/4c/2t with 750m
+    # reserved; the JSON report's decisions name four different node pools.
+    import json
+
+    import pytest
+
+    from cri_resmgr import cli
+    (tmp_path / "config.yaml").write_text("policy:\n  Active: topology-aware\n  ReservedResources: {CPU: 750m}\n")
+    (tmp_path / "pods.yaml").write_text("- name: be\n  containers: [{name: c1}, {name: c2}, {name: c3}, {name: c4}]\n")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["simulate", "-shape", "2s/4n/4c/2t", "-force-config", str(tmp_path / "config.yaml"),
+                  "-pods", str(tmp_path / "pods.yaml"), "-o", "json"])
+    assert exit_.value.code in (0, None)
+    doc = json.loads(capsys.readouterr().out)
+    pools = [d["pool"] for step in doc["steps"] for d in step["decisions"]]
+    assert sorted(pools) == ["node0", "node1", "node2", "node3"], pools

@@ -126,11 +126,11 @@ def test_reserved_change_moves_reserved_and_the_cpus_they_free(topo):
 def test_option_change_re_places_isolated_holders():
     topo = fake_topology(sockets=1, cores_per_die=4, isolated=[6, 7])
     old = make(topo)
-    old.allocate(wl("i", "Guaranteed", 2000))
-    assert old.assignment("i").exclusive == CPUSet([6, 7])
+    old.allocate(wl("i", "Guaranteed", 1000))
+    assert old.assignment("i").exclusive <= CPUSet([6, 7])
     new = make(topo, PreferIsolatedCPUs=False)
-    new.restore([(wl("i", "Guaranteed", 2000), old.assignment("i"))])
-    assert new.assignment("i").exclusive.isdisjoint(CPUSet([6, 7])) and len(new.assignment("i").exclusive) == 2
+    new.restore([(wl("i", "Guaranteed", 1000), old.assignment("i"))])
+    assert new.assignment("i").exclusive.isdisjoint(CPUSet([6, 7])) and len(new.assignment("i").exclusive) == 1
 
 
 def test_pin_memory_change_applies_to_kept_containers(topo):
