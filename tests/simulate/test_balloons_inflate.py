@@ -150,3 +150,18 @@ def test_allocator_topology_balancing_spreads_new_balloons_or_packs_them(balance
     assert len(set().union(*(nodes(topo, c) for c in placed))) == expected_nodes
     if not balance:  # packed: the reserved CPU's node first, on its free core, not beside the reserved CPU
         assert nodes(topo, placed[0]) == {0} and not placed[0] & beside_reserved(topo, CPUSet("0"))
+
+
+def test_the_kernels_isolated_cpus_are_the_last_a_balloon_takes(tmp_path):
+    from tests.harness.sysfs import generate
+
+    from cri_resmgr.topology import discover
+
+    generate(tmp_path, sockets=1, cores_per_die=4, threads_per_core=2, isolated=[2, 3])  # core 2/3
+    topo = discover(tmp_path)
+    assert topo.isolated == CPUSet("2-3")
+    # CPU 0 reserved: 1 shares its core, 2-3 are isolated; 4-7 are taken first
+    _, at = run(CONFIG, pods("grow", 4, "1"), topo)
+    assert at["p0:c"].cpus == CPUSet("4-7")
+    _, at = run(CONFIG, pods("grow", 7, "1"), topo)  # all of them: the isolated ones too
+    assert at["p0:c"].cpus == CPUSet("1-7")
