@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["InputError", "short", "clip", "load_json", "load_yaml", "check_depth",
+__all__ = ["InputError", "short", "clip", "load_json", "load_yaml", "load_yaml_all", "check_depth",
            "MAX_DEPTH", "MAX_NODES", "MAX_DIGITS"]
 
 MAX_DEPTH = 64  # nesting of mappings and lists; real documents have fewer than ten
@@ -120,8 +120,30 @@ def load_yaml(text: str, what: str, max_depth: int = MAX_DEPTH, max_nodes: int =
         raise InputError(f"{what}: {clip(str(e), 80)}") from None
 
 
+def load_yaml_all(text: str, what: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> list[Any]:
+    """yaml.safe_load_all, bounded as `load_yaml` is (the limits hold for the stream:
+    `max_nodes` counts the values of every document). libyaml parses when it is there
+    (the values are SafeLoader's): a 10 MB scalar takes PyYAML's own parser some 15 s,
+    libyaml's a fraction of one; a document it refuses is read again by PyYAML's (up to
+    1 MiB), whose message says where it saw the problem, as yaml.safe_load's does."""
+    _scan(text, what, max_depth, max_nodes)
+    try:
+        try:
+            return list(yaml.load_all(text, Loader=_FastLoader))
+        except yaml.YAMLError:
+            if _FastLoader is _Loader or len(text) > _SLOW_PARSE_LIMIT:
+                raise
+        return list(yaml.load_all(text, Loader=_Loader))
+    except RecursionError:  # the scan makes this unreachable; kept as a last guard
+        raise InputError(f"{what}: nested deeper than {max_depth} levels") from None
+    except ValueError as e:
+        raise InputError(f"{what}: {clip(str(e), 80)}") from None
+
+
 _Loader = yaml.SafeLoader  # what yaml.safe_load uses: the same values and messages
 _EventLoader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FastLoader: type[Any] = _EventLoader
+_SLOW_PARSE_LIMIT = 1 << 20  # the text of a bad document PyYAML's parser reads again, for its message
 
 
 class _Frame:

@@ -29,6 +29,8 @@ __all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Va
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT
 EXIT_BROKEN_PIPE = 141  # what a shell reports for SIGPIPE: `cri-resmgr ... | head` stopped reading
+MAX_DIGITS = 100  # an integer flag longer than this is no count, size or seed anyone means
+MAX_MESSAGE = 500  # an error line's most characters, the program's name included
 HELP_NAMES = ("h", "help")
 VERSION_NAME = "version"
 
@@ -104,7 +106,7 @@ def choice(name: str, help: str, choices: Sequence[str], default: str) -> Flag[s
 
     def parse(text: str) -> str:
         if text.lower() not in by_key:
-            raise ValueError(f"{text!r} is not one of {', '.join(map(repr, choices))}")
+            raise ValueError(f"{shown(text)} is not one of {', '.join(map(repr, choices))}")
         return by_key[text.lower()]
 
     return option(name, "|".join(choices), help, default, parse)
@@ -112,10 +114,12 @@ def choice(name: str, help: str, choices: Sequence[str], default: str) -> Flag[s
 
 def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
+        if len(text.strip()) > MAX_DIGITS:  # int() would spend time on it, or refuse past 4300 digits
+            raise ValueError(f"{shown(text)} has more than {MAX_DIGITS} digits")
         try:
             value = int(text)
         except ValueError:
-            raise ValueError(f"{text!r} is not a valid integer") from None
+            raise ValueError(f"{shown(text)} is not a valid integer") from None
         _check_range(text, value, low, high)
         return value
 
@@ -127,18 +131,31 @@ def number(low: float | None = None) -> Callable[[str], float]:
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"{text!r} is not a valid number") from None
+            raise ValueError(f"{shown(text)} is not a valid number") from None
         _check_range(text, value, low, None)
         return value
 
     return parse
 
 
+def shown(text: str, limit: int = 40) -> str:
+    """A value from the command line in a message: quoted, at most about `limit`
+    characters (an error line stays one short line whatever was typed)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def clipped(text: str, limit: int = 40) -> str:
+    """As `shown`, unquoted when short."""
+    return text if len(text) <= limit and text.isprintable() else shown(text, limit)
+
+
 def _check_range(text: str, value: float, low: float | None, high: float | None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"{low}-{high}" if low is not None and high is not None else \
             f">= {low}" if low is not None else f"<= {high}"
-        raise ValueError(f"{text} is not in the range {bounds}")
+        raise ValueError(f"{clipped(text)} is not in the range {bounds}")
 
 
 class Values:
@@ -188,6 +205,9 @@ class Command:
     def report(self, err: CommandError) -> int:
         """Prints err as the command's one-line error; returns its exit code."""
         message = " ".join(str(err).splitlines())
+        room = MAX_MESSAGE - len(self.prog) - len(": error: ")
+        if len(message) > room:  # a last guard: the messages clip what they quote themselves
+            message = f"{message[:room - 180]} ...({len(message)} characters)... {message[-150:]}"
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         return err.code
 
@@ -201,10 +221,10 @@ class Command:
             arg = args.pop(0)
             if arg == "--":  # the end of the flags; none of the commands takes other arguments
                 if args:
-                    raise UsageError(f"unexpected extra argument ({args[0]})")
+                    raise UsageError(f"unexpected extra argument ({clipped(args[0])})")
                 break
             if arg == "-" or not arg.startswith("-"):
-                raise UsageError(f"unexpected extra argument ({arg})")
+                raise UsageError(f"unexpected extra argument ({clipped(arg)})")
             spelling, has_value, value = arg.partition("=")
             flag = self._lookup(spelling, by_name)
             _, texts = given.get(flag.name, (spelling, []))
@@ -220,9 +240,10 @@ class Command:
             raise VersionRequested
         flag = by_name.get(name)
         if flag is None:
-            near = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.75)
+            near = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.75) if len(name) <= 100 else []
             dashes = "--" if spelling.startswith("--") else "-"
-            raise UsageError(f"no such option: {spelling}" + (f" (did you mean {dashes}{near[0]}?)" if near else ""))
+            raise UsageError(f"no such option: {clipped(spelling)}"
+                             + (f" (did you mean {dashes}{near[0]}?)" if near else ""))
         return flag
 
     @staticmethod

@@ -358,7 +358,7 @@ class ResourceManager:
             reply = await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
         except BaseException:
             if change is not None:
-                await self._resize_back(c, old, kept, change.decide)
+                await self._resize_back(c, old, kept, change.decide, changed)
             raise
         if change is not None:
             async with self._lock:
@@ -389,22 +389,29 @@ class ResourceManager:
         """Every container the policy holds, as the cache knows it (for policy/resize.py)."""
         return [r.workload for r in self._cache if not r.released and self._policy.resources(r.key) is not None]
 
-    async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool) -> None:
+    async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool,
+                           changed: set[str]) -> None:
         """The runtime refused a resizing update: the container keeps its old size
-        and resources, and the policy its old decision when its CPUs are still free."""
+        and resources, and the policy its old decision when its CPUs are still free.
+        `changed`: the others the resize moved, not told yet (that waited for the reply)."""
         async with self._lock:
             if c.released:
                 return
             c.resources = kept
             self._linux.pop(c.key, None)
             if decided and self._policy.resources(c.key) is not None:
+                self._applied.pop(c.key, None)  # its cpuset is sent again, whichever size it keeps
                 try:
                     decision = policy_resize.resize(self._policy, old, self._placed_now)
-                except ResizeError as e:  # its old CPUs were taken meanwhile: it keeps the new size
-                    log.warning("%s: the runtime refused the resize, and its old size cannot be had again: %s",
-                                old, e)
+                except ResizeError as e:
+                    # Its old CPUs were taken meanwhile (a create while the runtime answered):
+                    # it keeps the new size, and it and the others it moved are told so, or
+                    # it would keep running on CPUs the policy has given away.
+                    log.warning("%s: the runtime refused the resize, and its old size cannot be had again: %s; "
+                                "it keeps the new size", old, e)
+                    self._sync({c.key, *changed}, f"resizing {c.workload} (the runtime refused the update)")
+                    self._save(c.key)
                     return
-                self._applied.pop(c.key, None)
                 self._sync({c.key, *decision.others}, f"the runtime's refusal to resize {old}")
             c.workload = old
             self._save(c.key)

@@ -13,6 +13,7 @@ or fractional size, Burstable ones to another request.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from cri_resmgr.simulate.calls import Call
 from cri_resmgr.simulate.podcalls import (
@@ -27,7 +28,7 @@ from cri_resmgr.simulate.podcalls import (
     start_calls,
 )
 
-__all__ = ["churn_calls", "resize_step"]
+__all__ = ["churn_calls", "iter_churn_calls", "resize_step"]
 
 MIB = 1 << 20
 
@@ -36,10 +37,15 @@ def churn_calls(containers: int, seed: int, target: int, resizes: float = 0.0) -
     """Calls that create `containers` containers, deleting pods as they go; what is alive
     at the end stays (the final allocation shows it). `resizes`: the fraction of steps
     that resize a live container (0: none, and the same calls as before there were any)."""
+    return list(iter_churn_calls(containers, seed, target, resizes))
+
+
+def iter_churn_calls(containers: int, seed: int, target: int, resizes: float = 0.0) -> Iterator[Call]:
+    """churn_calls, made as they are asked for: the memory a long churn takes is that
+    of the containers alive, not of every call it makes."""
     rng = random.Random(seed)
     resize_rng = random.Random(seed + 1)  # its own stream: the rest of the churn stays as it was
     ids = Ids()
-    calls: list[Call] = []
     live: list[Started] = []
     live_containers = created = n = 0
     target = max(target, 4)
@@ -49,21 +55,20 @@ def churn_calls(containers: int, seed: int, target: int, resizes: float = 0.0) -
             step = resize_step(resize_rng, live[i].pod)
             if step is not None:
                 call, live[i] = resize_call(live[i], step, f"churn: resize {step}")
-                calls.append(call)
+                yield call
             continue
         if live and (live_containers >= target or rng.random() < 0.25):
             gone = live.pop(rng.randrange(len(live)))
             live_containers -= len(gone.pod.containers)
-            calls += delete_calls(gone, f"churn: delete {gone.pod}")
+            yield from delete_calls(gone, f"churn: delete {gone.pod}")
             continue
         n += 1
         pod = _pod(rng, n, min(containers - created, 2))
         new, started = start_calls(pod, ids, f"churn: pod {pod}")
-        calls += new
+        yield from new
         live.append(started)
         live_containers += len(pod.containers)
         created += len(pod.containers) + len(pod.init_containers)
-    return calls
 
 
 def _pod(rng: random.Random, n: int, room: int) -> Pod:

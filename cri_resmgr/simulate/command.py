@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from cri_resmgr import flags
 from cri_resmgr.config import Config, ConfigError, parse_document
@@ -25,6 +25,15 @@ from cri_resmgr.topology import Topology, TopologyError, discover
 from cri_resmgr.topology.render import render_json, render_text
 
 __all__ = ["COMMAND", "main", "run"]
+
+# The most a generated workload may ask for: its calls are made as they are handed to
+# the engine, but what every call costs is kept (timing, updates), and time grows with
+# it (some 1.5 s per 1000 containers here).
+MAX_CHURN = 100_000
+MAX_LIVE = 32_768  # half the CPUs of the largest -shape
+# Each decision may update every live container: the work grows with -churn times -live
+# (10000 x 2048 took 100 s here). Beyond this a churn is refused, not left running for hours.
+MAX_CHURN_WORK = 50_000_000
 
 POLICY = flags.text("policy", "NAME", "The policy to simulate, unless the configuration's policy.Active names one "
                     "(see cri-resmgr -list-policies).", "none")
@@ -44,10 +53,10 @@ DUMP = flags.text("dump", "FILE", "The workload: a CRI session the relay recorde
 PODS = flags.text("pods", "FILE", "The workload: a YAML list of pods (Kubernetes Pods, `kubectl get pods -o "
                   "yaml`, or {name, namespace, annotations, containers: [{name, resources}]}), started in order.", None)
 CHURN = flags.option("churn", "N", "The workload: generated pods created and deleted until N containers were "
-                     "created.", None, flags.integer(low=1))
+                     f"created (at most {MAX_CHURN}).", None, flags.integer(low=1, high=MAX_CHURN))
 SEED = flags.option("seed", "S", "Seed of -churn.", 1, flags.integer())
-LIVE = flags.option("live", "N", "-churn keeps about N containers alive (default: half the CPUs).", None,
-                    flags.integer(low=1))
+LIVE = flags.option("live", "N", "-churn keeps about N containers alive (default: half the CPUs; at most "
+                    f"{MAX_LIVE}).", None, flags.integer(low=1, high=MAX_LIVE))
 
 
 def _fraction(text: str) -> float:
@@ -153,7 +162,7 @@ def _machine(values: flags.Values) -> Topology:
     return discover("/")
 
 
-def _workload(values: flags.Values, topology: Topology) -> tuple[list[Call], str]:
+def _workload(values: flags.Values, topology: Topology) -> tuple[Iterable[Call], str]:
     if (dump := values[DUMP]) is not None:
         return dumpread.read_dump(dump).calls, f"dump {dump}"
     if (pods_file := values[PODS]) is not None:
@@ -163,7 +172,13 @@ def _workload(values: flags.Values, topology: Topology) -> tuple[list[Call], str
                                        + f" from {pods_file}")
     n, seed = values[CHURN], values[SEED]
     assert n is not None  # one of the three was given (_one_of)
-    live = values[LIVE] or max(4, len(topology.online) // 2)
+    live = values[LIVE] or min(max(4, len(topology.online) // 2), MAX_LIVE)
     rate = values[RESIZES]
-    return churn.churn_calls(n, seed, live, rate), (f"churn of {n} containers (seed {seed}, about {live} alive"
-                                                    + (f", {rate:g} of the steps resizes" if rate else "") + ")")
+    # A resize step costs about what a decision does: the steps are n / (1 - rate).
+    if n * live / (1 - rate) > MAX_CHURN_WORK:
+        given = "" if values[LIVE] else " (the -live default)"
+        raise flags.UsageError(f"-churn {n} with about {live} containers alive{given}"
+                               + (f" and -resizes {rate:g}" if rate else "") + " is more than this simulator does in "
+                               f"minutes (churn x live at most {MAX_CHURN_WORK}); give a smaller -churn or -live")
+    return churn.iter_churn_calls(n, seed, live, rate), (f"churn of {n} containers (seed {seed}, about {live} alive"
+                                                         + (f", {rate:g} of the steps resizes" if rate else "") + ")")

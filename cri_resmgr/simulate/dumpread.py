@@ -19,7 +19,9 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from cri_resmgr.bounded import MAX_DEPTH, InputError, check_depth, clip, short
 from cri_resmgr.simulate.calls import Call, WorkloadError
+from cri_resmgr.simulate.inputs import read_lines
 from cri_resmgr.transport.methods import MethodTable
 
 __all__ = ["Recording", "read_dump", "parse_dump", "NEEDS_BODY"]
@@ -48,13 +50,8 @@ class _Open:
 
 
 def read_dump(path: str) -> Recording:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return parse_dump(f, path)
-    except OSError as e:
-        raise WorkloadError(f"cannot read dump {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise WorkloadError(f"{path}: not a jsonl dump (not UTF-8 text: {e.reason})") from None
+    """The dump's calls; a line is read at a bounded cost (inputs.py: its length, UTF-8)."""
+    return parse_dump(read_lines(path, "dump"), path)
 
 
 def parse_dump(lines: Iterable[str], source: str) -> Recording:
@@ -73,17 +70,17 @@ def parse_dump(lines: Iterable[str], source: str) -> Recording:
         if direction not in ("request", "reply"):
             if direction in ("note", "count", "dropped"):
                 continue
-            raise WorkloadError(f"{where}: direction {direction!r} is not a dump record's (request, reply, note, "
-                                "count, dropped): not a cri-resmgr jsonl dump")
+            raise WorkloadError(f"{where}: direction {short(direction)} is not a dump record's (request, reply, "
+                                "note, count, dropped): not a cri-resmgr jsonl dump")
         service, method = _str(obj, "service", where), _str(obj, "method", where)
         m = table.lookup(f"/{service}/{method}")
         if m is None:
-            raise WorkloadError(f"{where}: unknown CRI method {service}/{method}")
+            raise WorkloadError(f"{where}: unknown CRI method {clip(service, 60)}/{clip(method, 60)}")
         # The engine reads runtime.v1 classes; v1alpha2 is the same messages under another name.
         m = table.lookup(f"/runtime.v1.{service.rpartition('.')[2]}/{method}") or m
         call_id = obj.get("call_id")
         if not isinstance(call_id, int):
-            raise WorkloadError(f"{where}: call_id: expected an integer, got {call_id!r}")
+            raise WorkloadError(f"{where}: call_id: expected an integer, got {short(call_id)}")
         t = _time(obj, where)
         if start is None and t is not None:
             start = t
@@ -106,13 +103,16 @@ def parse_dump(lines: Iterable[str], source: str) -> Recording:
         if req is None:
             continue  # the reply of a call whose request was not dumped, or was skipped
         code = obj.get("code") or "OK"
+        if not isinstance(code, str) or len(code) > 40:
+            raise WorkloadError(f"{where}: code: expected a gRPC status name, got {short(code)}")
         reply = None
         if code == "OK":
             if body is None and req.method in NEEDS_REPLY_BODY:
                 raise WorkloadError(f"{where}: {req.method} reply recorded without its body (the id it gives)")
             reply = _message(m.response, body, where, method) if body is not None else m.response()
+        details = clip(str(obj.get("details") or ""), 1000)
         order[index.pop(call_id)] = Call(req.method, req.request, reply, f"{source}:{req.line}", service=req.service,
-                                         code=str(code), details=str(obj.get("details") or ""), time=req.time)
+                                         code=code, details=details, time=req.time)
     for item in order:
         if isinstance(item, Call):
             rec.calls.append(item)
@@ -126,9 +126,16 @@ def parse_dump(lines: Iterable[str], source: str) -> Recording:
 def _object(text: str, where: str) -> Mapping[str, Any]:
     try:
         obj = json.loads(text)
+        check_depth(obj, MAX_DEPTH, where)  # what the protobuf parser walks with recursion
     except json.JSONDecodeError as e:
         raise WorkloadError(f"{where}: not a JSON object ({e.msg} at column {e.colno}): a truncated line, or "
                             "not a jsonl dump (-dump-format jsonl)") from None
+    except RecursionError:
+        raise WorkloadError(f"{where}: nested deeper than {MAX_DEPTH} levels: not a dump record") from None
+    except InputError as e:
+        raise WorkloadError(f"{e}: not a dump record") from None
+    except ValueError as e:  # an integer past Python's digit limit
+        raise WorkloadError(f"{where}: not usable JSON: {clip(str(e), 80)}") from None
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -137,7 +144,7 @@ def _object(text: str, where: str) -> Mapping[str, Any]:
 def _str(obj: Mapping[str, Any], key: str, where: str) -> str:
     value = obj.get(key)
     if not isinstance(value, str) or not value:
-        raise WorkloadError(f"{where}: {key}: expected a string, got {value!r}")
+        raise WorkloadError(f"{where}: {key}: expected a string, got {short(value)}")
     return value
 
 
@@ -145,10 +152,12 @@ def _time(obj: Mapping[str, Any], where: str) -> float | None:
     value = obj.get("time")
     if value is None:
         return None
+    if not isinstance(value, str):
+        raise WorkloadError(f"{where}: time: {short(value)} is not an ISO 8601 time")
     try:
-        return datetime.fromisoformat(str(value)).timestamp()
+        return datetime.fromisoformat(value).timestamp()
     except ValueError:
-        raise WorkloadError(f"{where}: time: {value!r} is not an ISO 8601 time") from None
+        raise WorkloadError(f"{where}: time: {short(value)} is not an ISO 8601 time") from None
 
 
 def _message(cls: type[Message], body: Any, where: str, method: str) -> Message:
@@ -156,8 +165,8 @@ def _message(cls: type[Message], body: Any, where: str, method: str) -> Message:
         raise WorkloadError(f"{where}: {method}: body: expected an object, got {type(body).__name__}")
     if "raw_bytes" in body and len(body) <= 2:
         raise WorkloadError(f"{where}: {method}: the relay could not decode this message "
-                            f"({body.get('decode_error') or 'no decoder'}); it cannot be simulated")
+                            f"({clip(str(body.get('decode_error') or 'no decoder'), 100)}); it cannot be simulated")
     try:
         return json_format.ParseDict(body, cls(), ignore_unknown_fields=True)
     except json_format.ParseError as e:
-        raise WorkloadError(f"{where}: {method}: body does not fit {cls.__name__}: {e}") from None
+        raise WorkloadError(f"{where}: {method}: body does not fit {cls.__name__}: {clip(str(e), 160)}") from None

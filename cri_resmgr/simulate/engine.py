@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
@@ -104,7 +104,7 @@ class _Capture(logging.Handler):
             self.lines.append(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
-def simulate(calls: Sequence[Call], topology: Topology, config: Config, policy_name: str, registry: Registry,
+def simulate(calls: Iterable[Call], topology: Topology, config: Config, policy_name: str, registry: Registry,
              keep_steps: bool = True, check_every: int = 0,
              progress: Callable[[int], None] | None = None) -> Outcome:
     """Raises SimulationError when there is nothing to simulate with."""
@@ -139,16 +139,18 @@ def simulate(calls: Sequence[Call], topology: Topology, config: Config, policy_n
         engine_log.propagate = old_propagate
 
 
-async def _run(calls: Sequence[Call], name: str, policy: RecordingPolicy, cache: Cache, options: Options,
+async def _run(calls: Iterable[Call], name: str, policy: RecordingPolicy, cache: Cache, options: Options,
                topology: Topology, config: Config, checker: Checker, capture: _Capture, keep_steps: bool,
                check_every: int, progress: Callable[[int], None] | None) -> Outcome:
     resmgr = ResourceManager(name, policy, cache, None, asyncio.Lock(), options)
     table = resmgr.interceptors()
-    out = Outcome(name, policy, cache, topology, config, len(calls), 0, [], [], [], 0.0, 0, [], [], checker, 0,
+    # The calls may come as they are made (a churn): counted as they go.
+    out = Outcome(name, policy, cache, topology, config, 0, 0, [], [], [], 0.0, 0, [], [], checker, 0,
                   available=checker.available, reserved=checker.reserved)
     told: dict[str, Resources] = {}  # what each container was last given, as the relay tracks it
     t_start = time.perf_counter()
     for index, call in enumerate(calls, 1):
+        out.calls = index
         interceptor = table.get(call.method)
         if interceptor is None:
             continue  # relayed unread

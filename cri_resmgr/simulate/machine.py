@@ -7,9 +7,12 @@ import os
 import tarfile
 import tempfile
 
+from cri_resmgr.bounded import InputError, load_json
+from cri_resmgr.simulate.calls import WorkloadError
+from cri_resmgr.simulate.inputs import read_text
 from cri_resmgr.simulate.shape import topology_of
 from cri_resmgr.topology import Topology, TopologyError, discover
-from cri_resmgr.topology.load import loads
+from cri_resmgr.topology.load import from_document
 
 __all__ = ["from_host_root", "from_json_file", "from_shape"]
 
@@ -74,12 +77,16 @@ def _host_root_in(root: str, path: str) -> str:
 
 
 def from_json_file(path: str) -> Topology:
+    """The machine `cri-resmgr topology -o json` printed, read at a bounded cost (its
+    size, UTF-8, nesting: inputs.py, bounded.py)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TopologyError(f"cannot read topology JSON {path}: {getattr(e, 'strerror', None) or e}") from None
-    return loads(text, path)
+        doc = load_json(read_text(path, "topology JSON"), path)
+    except (WorkloadError, InputError) as e:
+        raise TopologyError(str(e)) from None
+    try:
+        return from_document(doc)
+    except TopologyError as e:
+        raise TopologyError(f"{path}: {e}") from None
 
 
 def from_shape(text: str) -> Topology:

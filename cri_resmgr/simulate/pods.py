@@ -17,8 +17,10 @@ from typing import Any
 
 import yaml
 
+from cri_resmgr.bounded import InputError, clip, load_yaml_all, short
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 from cri_resmgr.simulate.calls import Call, WorkloadError
+from cri_resmgr.simulate.inputs import read_text
 from cri_resmgr.simulate.podcalls import Container, Ids, Pod, Resize, Started, qos_class, resize_call, start_calls
 
 __all__ = ["read_pods", "parse_pods", "pod_calls", "Resize"]
@@ -30,21 +32,22 @@ Item = Pod | Resize
 
 
 def read_pods(path: str) -> list[Item]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise WorkloadError(f"cannot read pods file {path}: {e.strerror}") from None
-    return parse_pods(text, path)
+    return parse_pods(read_text(path, "pods file"), path)
 
 
 def parse_pods(text: str, source: str) -> list[Item]:
+    """The pods and resize steps of a YAML text, read at a bounded cost (bounded.py:
+    alias bombs, deep nesting and huge numbers are refused); every error quotes what it
+    shows short."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in load_yaml_all(text, source) if d is not None]
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise WorkloadError(f"{source}: not YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        raise WorkloadError(f"{source}: not YAML{where}: {clip(str(getattr(e, 'problem', None) or e), 100)}") \
+            from None
     items: list[Any] = []
     for d in docs:
         if isinstance(d, list):
@@ -65,7 +68,7 @@ def parse_pods(text: str, source: str) -> list[Item]:
             continue
         p = _pod(item, f"{source}: pod {i + 1}")
         if str(p) in seen:
-            raise WorkloadError(f"{source}: pod {i + 1}: {p} is listed twice")
+            raise WorkloadError(f"{source}: pod {i + 1}: {clip(str(p), 100)} is listed twice")
         seen[str(p)] = p
         out.append(p)
     return out
@@ -91,27 +94,28 @@ def _resize(item: Mapping[str, Any], where: str, pods: Mapping[str, Pod]) -> Res
     if set(item) != {"resize"} or not isinstance(item["resize"], Mapping):
         raise WorkloadError(f"{where}: expected {{resize: {{pod, namespace, container, resources}}}}")
     r = item["resize"]
-    unknown = set(r) - _RESIZE_KEYS
+    unknown = [k for k in r if k not in _RESIZE_KEYS]
     if unknown:
-        raise WorkloadError(f"{where}: resize: unknown keys {', '.join(sorted(map(str, unknown)))} "
+        raise WorkloadError(f"{where}: resize: unknown keys {_keys(unknown)} "
                             f"(known: {', '.join(sorted(_RESIZE_KEYS))})")
     namespace = r.get("namespace", "default")
     name, container = r.get("pod"), r.get("container")
     if not all(isinstance(v, str) and v for v in (name, namespace, container)):
         raise WorkloadError(f"{where}: resize: pod, namespace and container must be non-empty strings")
     pod = pods.get(f"{namespace}/{name}")
+    who = f"{clip(str(namespace), 60)}/{clip(str(name), 60)}"
     if pod is None:
-        raise WorkloadError(f"{where}: resize: no pod {namespace}/{name} listed before it")
+        raise WorkloadError(f"{where}: resize: no pod {who} listed before it")
     if container not in [c.name for c in pod.containers]:
-        raise WorkloadError(f"{where}: resize: pod {namespace}/{name} has no container {container!r} "
+        raise WorkloadError(f"{where}: resize: pod {who} has no container {short(container, 60)} "
                             "(init containers are not resized)")
     c = _container({"name": container, **{k: r[k] for k in ("resources", "requests", "limits") if k in r}},
                    f"{where}: resize")
     step = Resize(str(name), str(namespace), str(container), c.requests, c.limits)
     before, after = qos_class(pod), qos_class(step.applied(pod))
     if before != after:
-        raise WorkloadError(f"{where}: resize of {step} would change the pod's QoS class from {before} to "
-                            f"{after}, which Kubernetes refuses")
+        raise WorkloadError(f"{where}: resize of {clip(str(step), 120)} would change the pod's QoS class from "
+                            f"{before} to {after}, which Kubernetes refuses")
     return step
 
 
@@ -126,23 +130,26 @@ def _pod(item: Any, where: str) -> Pod:
         flat.update({k: spec[k] for k in ("containers", "initContainers") if k in spec})
     else:
         flat = dict(item)
-        unknown = set(flat) - _POD_KEYS
+        unknown = [k for k in flat if k not in _POD_KEYS]
         if unknown:
-            raise WorkloadError(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: "
+            raise WorkloadError(f"{where}: unknown keys {_keys(unknown)} (known: "
                                 f"{', '.join(sorted(_POD_KEYS))}, or a Kubernetes Pod with metadata and spec)")
     name = flat.get("name")
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"{where}: no name")
     namespace = flat.get("namespace", "default")
-    where = f"{where} ({namespace}/{name})"
     if not isinstance(namespace, str) or not namespace:
-        raise WorkloadError(f"{where}: namespace: expected a string")
+        raise WorkloadError(f"{where} ({clip(name, 60)}): namespace: expected a string, got {short(namespace)}")
+    where = f"{where} ({clip(namespace, 60)}/{clip(name, 60)})"
+    uid = flat.get("uid") or ""
+    if not isinstance(uid, (str, int)) or isinstance(uid, bool):
+        raise WorkloadError(f"{where}: uid: expected a string, got {short(uid)}")
     containers = _containers(flat.get("containers"), f"{where}: containers", required=True)
     init = _containers(flat.get("initContainers"), f"{where}: initContainers", required=False)
     names = [c.name for c in containers + init]
     if len(set(names)) != len(names):
-        raise WorkloadError(f"{where}: container names repeat: {', '.join(names)}")
-    return Pod(name=name, namespace=namespace, uid=str(flat.get("uid") or ""), containers=containers,
+        raise WorkloadError(f"{where}: container names repeat: {clip(', '.join(names), 120)}")
+    return Pod(name=name, namespace=namespace, uid=str(uid), containers=containers,
                init_containers=init, labels=_strings(flat.get("labels"), f"{where}: labels"),
                annotations=_strings(flat.get("annotations"), f"{where}: annotations"))
 
@@ -161,18 +168,19 @@ def _container(c: Any, where: str) -> Container:
     name = c.get("name")
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"{where}: no name")
+    where = f"{where} ({clip(name, 60)})"
     resources = c.get("resources") or {}
     if not isinstance(resources, Mapping):
-        raise WorkloadError(f"{where} ({name}): resources: expected a mapping")
-    unknown = set(resources) - {"requests", "limits", "claims"}
+        raise WorkloadError(f"{where}: resources: expected a mapping")
+    unknown = [k for k in resources if k not in ("requests", "limits", "claims")]
     if unknown:
-        raise WorkloadError(f"{where} ({name}): resources: unknown keys {', '.join(sorted(unknown))}")
+        raise WorkloadError(f"{where}: resources: unknown keys {_keys(unknown)}")
     requests = resources.get("requests", c.get("requests"))
     limits = resources.get("limits", c.get("limits"))
-    return Container(name=name, requests=_quantities(requests, f"{where} ({name}): resources.requests"),
-                     limits=_quantities(limits, f"{where} ({name}): resources.limits"),
-                     labels=_strings(c.get("labels"), f"{where} ({name}): labels"),
-                     annotations=_strings(c.get("annotations"), f"{where} ({name}): annotations"))
+    return Container(name=name, requests=_quantities(requests, f"{where}: resources.requests"),
+                     limits=_quantities(limits, f"{where}: resources.limits"),
+                     labels=_strings(c.get("labels"), f"{where}: labels"),
+                     annotations=_strings(c.get("annotations"), f"{where}: annotations"))
 
 
 def _quantities(value: Any, where: str) -> dict[str, int]:
@@ -185,12 +193,18 @@ def _quantities(value: Any, where: str) -> dict[str, int]:
         if key not in ("cpu", "memory"):
             continue  # hugepages, ephemeral storage, devices: nothing a CPU policy reads
         if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-            raise WorkloadError(f"{where}.{key}: expected a quantity, got {text!r}")
+            raise WorkloadError(f"{where}.{key}: expected a quantity, got {short(text)}")
         try:
             out[key] = parse_cpu_milli(text) if key == "cpu" else parse_bytes(text)
         except ValueError as e:
-            raise WorkloadError(f"{where}.{key}: {e}") from None
+            raise WorkloadError(f"{where}.{key}: {clip(str(e), 120)}") from None
     return out
+
+
+def _keys(keys: list[Any]) -> str:
+    """Unknown keys for a message: a few, each short (keys need not be strings)."""
+    shown = sorted(short(k, 40) if not isinstance(k, str) else clip(k, 40) for k in keys[:5])
+    return ", ".join(shown) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
 def _strings(value: Any, where: str) -> dict[str, str]:
@@ -201,6 +215,6 @@ def _strings(value: Any, where: str) -> dict[str, str]:
     out = {}
     for k, v in value.items():
         if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
-            raise WorkloadError(f"{where}: {k!r}: expected a string value, got {v!r}")
+            raise WorkloadError(f"{where}: {short(k, 60)}: expected a string value, got {short(v)}")
         out[k] = v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
     return out

@@ -42,10 +42,17 @@ TIER_KINDS: dict[str, MemoryKind] = {"pmem": "pmem-cxl", "cxl": "pmem-cxl", "hbm
 DEFAULT_DRAM_KB = 16 << 20
 DEFAULT_TIER_KB = {"pmem": 256 << 20, "cxl": 128 << 20, "hbm": 16 << 20}
 MAX_CPUS = 65536
+MAX_NODES = 1024  # NUMA nodes, memory-only ones included: Linux's own limit (NODES_SHIFT 10)
+MAX_NODE_KB = 1 << 40  # memory of one node: 1 PiB
+MAX_TEXT = 1000  # a longer -shape is no machine: refused before it is parsed
 
-_COUNT = re.compile(r"^(\d+)(s|d|n|c|t)$")
-_TIER = re.compile(r"^(\d+)(pmem|cxl|hbm)(?::(\w+))?$")
-_SIZE = re.compile(r"^(\d+)([kmgt]?)$", re.IGNORECASE)
+# ASCII digits only: \d would take "١" or "²", which int() reads or refuses.
+_DIGITS = "[0-9]{1,9}"  # a count or size of more than nine digits is refused by its length
+_COUNT = re.compile(rf"^({_DIGITS})(s|d|n|c|t)$")
+_TIER = re.compile(rf"^({_DIGITS})(pmem|cxl|hbm)(?::([0-9a-z]+))?$")
+_SIZE = re.compile(rf"^({_DIGITS})([kmgt]?)$", re.IGNORECASE)
+_L3 = re.compile(rf"^{_DIGITS}$")
+_LONG_NUMBER = re.compile(r"[0-9]{10,}")
 _UNITS = {"k": 1, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30, "": 1 << 20}  # to KiB; bare numbers are GiB
 
 
@@ -82,17 +89,27 @@ class Shape:
         return self.sockets * self.cores * self.threads
 
 
+def _q(text: str, limit: int = 60) -> str:
+    """A piece of the shape for an error message: quoted, at most about `limit` characters."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def parse_shape(text: str) -> Shape:
     """Raises ShapeError naming the bad part and what it should look like."""
+    if len(text) > MAX_TEXT:
+        raise ShapeError(f"shape {_q(text)}: longer than {MAX_TEXT} characters; expected e.g. 2s/4n/64c/2t")
     values: dict[str, object] = {}
     tiers: list[Tier] = []
     parts = [p.strip() for p in text.strip().split("/")]
     if not text.strip() or any(not p for p in parts):
-        raise ShapeError(f"shape {text!r}: empty part; expected e.g. 2s/4n/64c/2t")
+        raise ShapeError(f"shape {_q(text)}: empty part; expected e.g. 2s/4n/64c/2t")
     for part in parts:
+        if _LONG_NUMBER.search(part):
+            raise ShapeError(f"shape {_q(text)}: {_q(part, 30)}: a number of more than 9 digits is no count or "
+                             "size of a machine")
         values.update(_part(text, part.lower(), values, tiers))
     if "cores" not in values:
-        raise ShapeError(f"shape {text!r}: no core count (e.g. 64c: cores per socket)")
+        raise ShapeError(f"shape {_q(text)}: no core count (e.g. 64c: cores per socket)")
     shape = Shape(tiers=tuple(tiers), **values)  # type: ignore[arg-type]
     _check(text, shape)
     return shape
@@ -104,27 +121,27 @@ def _part(text: str, part: str, seen: dict[str, object], tiers: list[Tier]) -> d
     if m:
         name = names[m.group(2)]
         if name in seen:
-            raise ShapeError(f"shape {text!r}: {part!r} repeats the {name} count")
+            raise ShapeError(f"shape {_q(text)}: {_q(part, 30)} repeats the {name} count")
         count = int(m.group(1))
         if count < 1:
-            raise ShapeError(f"shape {text!r}: {part!r}: a count must be at least 1")
+            raise ShapeError(f"shape {_q(text)}: {_q(part, 30)}: a count must be at least 1")
         return {name: count}
     m = _TIER.match(part)
     if m:
         kind, count = m.group(2), int(m.group(1))
         size = _size(text, part, m.group(3)) if m.group(3) else DEFAULT_TIER_KB[kind]
         if count < 1:
-            raise ShapeError(f"shape {text!r}: {part!r}: a count must be at least 1")
+            raise ShapeError(f"shape {_q(text)}: {_q(part, 30)}: a count must be at least 1")
         tiers.append(Tier(kind, count, size))
         return {}
     if part in ("interleaved", "sparse"):
         return {part: True}
     key, eq, value = part.partition("=")
-    if eq and key == "l3" and value.isdigit() and int(value) > 0:
+    if eq and key == "l3" and _L3.match(value) and int(value) > 0:
         return {"l3_cores": int(value)}
     if eq and key == "mem":
         return {"dram_kb": _size(text, part, value)}
-    raise ShapeError(f"shape {text!r}: unknown part {part!r}; expected Ns, Nd, Nn, Nc, Nt (sockets, dies per "
+    raise ShapeError(f"shape {_q(text)}: unknown part {_q(part, 30)}; expected Ns, Nd, Nn, Nc, Nt (sockets, dies per "
                      "socket, NUMA nodes, cores per socket, threads per core), l3=N, mem=SIZE, Npmem[:SIZE], "
                      "Ncxl[:SIZE], Nhbm[:SIZE], interleaved or sparse")
 
@@ -132,25 +149,32 @@ def _part(text: str, part: str, seen: dict[str, object], tiers: list[Tier]) -> d
 def _size(text: str, part: str, value: str) -> int:
     m = _SIZE.match(value)
     if not m or int(m.group(1)) == 0:
-        raise ShapeError(f"shape {text!r}: {part!r}: bad size {value!r} (e.g. 64g, 512m)")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+        raise ShapeError(f"shape {_q(text)}: {_q(part, 30)}: bad size {_q(value, 30)} (e.g. 64g, 512m)")
+    kb = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    if kb > MAX_NODE_KB:
+        raise ShapeError(f"shape {_q(text)}: {_q(part, 30)}: {_q(value, 30)} is more memory than a NUMA node "
+                         f"holds (at most {MAX_NODE_KB >> 30}t)")
+    return kb
 
 
 def _check(text: str, s: Shape) -> None:
     if s.cpu_nodes % s.sockets:
-        raise ShapeError(f"shape {text!r}: {s.cpu_nodes} NUMA nodes do not divide among {s.sockets} sockets")
+        raise ShapeError(f"shape {_q(text)}: {s.cpu_nodes} NUMA nodes do not divide among {s.sockets} sockets")
     per_socket = s.cpu_nodes // s.sockets
     if s.cores % s.dies:
-        raise ShapeError(f"shape {text!r}: {s.cores} cores per socket do not divide among {s.dies} dies")
+        raise ShapeError(f"shape {_q(text)}: {s.cores} cores per socket do not divide among {s.dies} dies")
     if s.cores % per_socket:
-        raise ShapeError(f"shape {text!r}: {s.cores} cores per socket do not divide among {per_socket} "
+        raise ShapeError(f"shape {_q(text)}: {s.cores} cores per socket do not divide among {per_socket} "
                          "NUMA nodes per socket")
     if s.l3_cores is not None and (s.cores // s.dies) % s.l3_cores:
-        raise ShapeError(f"shape {text!r}: l3={s.l3_cores} does not divide the {s.cores // s.dies} cores of a die")
+        raise ShapeError(f"shape {_q(text)}: l3={s.l3_cores} does not divide the {s.cores // s.dies} cores of a die")
     if s.threads > 8:
-        raise ShapeError(f"shape {text!r}: {s.threads} threads per core; at most 8")
+        raise ShapeError(f"shape {_q(text)}: {s.threads} threads per core; at most 8")
     if s.cpus > MAX_CPUS:
-        raise ShapeError(f"shape {text!r}: {s.cpus} CPUs; at most {MAX_CPUS}")
+        raise ShapeError(f"shape {_q(text)}: {s.cpus} CPUs; at most {MAX_CPUS}")
+    nodes = s.cpu_nodes + sum(t.count for t in s.tiers)
+    if nodes > MAX_NODES:
+        raise ShapeError(f"shape {_q(text)}: {nodes} NUMA nodes; at most {MAX_NODES}")
 
 
 def topology_of(text: str) -> Topology:

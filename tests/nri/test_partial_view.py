@@ -7,6 +7,7 @@ Synchronize comes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from cri_resmgr._proto import nri_api_pb2 as api
@@ -85,3 +86,29 @@ def test_restart_without_synchronize_keeps_the_saved_state_and_a_later_one_recon
         await second.close()
 
     asyncio.run(scenario())
+
+
+def test_a_synchronize_during_a_slow_activation_waits_for_it_and_applies_once(workdir: Path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="cri_resmgr.nri.app")
+
+    async def scenario() -> None:
+        plugin = Plugin(workdir)
+        applied = []
+        apply = plugin.controller.apply
+
+        async def slow_apply(config):  # type: ignore[no-untyped-def]
+            applied.append(config.source)
+            await asyncio.sleep(0.2)  # longer than Configure may take (75% of 10 ms)
+            await apply(config)
+
+        plugin.controller.apply = slow_apply  # type: ignore[method-assign]
+        await plugin.hooks.configure(api.ConfigureRequest(request_timeout=10))
+        assert plugin.controller.config is None  # Configure answered, the activation goes on
+        plugin.hooks.request_timeout = 10.0  # the Synchronize may wait for it
+        placed = await plugin.synchronize([pod("g", "guaranteed")], [guaranteed("g1", "g", 2)])
+        assert len(CPUSet.parse(placed["g1"])) == 2  # after the activation it waited for
+        assert len(applied) == 1
+        await plugin.close()
+
+    asyncio.run(scenario())
+    assert sum("active (" in r.getMessage() for r in caplog.records) == 1

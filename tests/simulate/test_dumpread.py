@@ -89,5 +89,5 @@ def test_files(tmp_path):
         read_dump(str(tmp_path / "none.jsonl"))
     binary = tmp_path / "b.jsonl"
     binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(WorkloadError, match="b.jsonl: not a jsonl dump"):
+    with pytest.raises(WorkloadError, match="b.jsonl:1: not UTF-8 text"):
         read_dump(str(binary))
