@@ -93,3 +93,50 @@ def test_refused_resize_whose_old_cpus_went_meanwhile_leaves_nothing_double_book
     policy = e.ctl.active_policy()
     placed = {CPUSet(r.cpuset_cpus) for k in policy.assignments() if (r := policy.resources(k)) is not None}
     assert mine in placed and theirs in placed and rest in placed
+
+
+def test_a_policy_failure_on_a_resize_passes_kubelets_update_fail_open(engine_factory, monkeypatch, caplog):  # noqa: F811
+    """A bug in a policy's resize is not kubelet's problem (as on a create): the update goes
+    through with the cpuset the container has, counted and logged once; the policy keeps
+    the old placement and the record the old size, so a later resize is decided again."""
+    from cri_resmgr.engine import resmgr
+
+    e = engine_factory(SHAPE, STATIC)
+    be = e.kubelet.start_pod(besteffort("be")).container_ids["c"]
+    g = e.kubelet.start_pod(guaranteed("g", "1500m")).container_ids["c"]
+    e.flush()
+    shared = cpus(e, be)
+
+    def broken(policy, workload, placed):  # type: ignore[no-untyped-def]
+        raise RuntimeError("x" * 10_000)
+
+    monkeypatch.setattr(resmgr.policy_resize, "resize", broken)
+    e.kubelet.update_container_resources(g, resized(2000))  # does not fail
+    e.flush()
+    assert e.fake.containers[g]["resources"].cpu_quota == 200000  # kubelet's fields went through
+    assert cpus(e, g) == shared and cpus(e, be) == shared  # nothing moved
+    assert e.ctl.stats().policy_errors == 1
+    lines = [r.getMessage() for r in caplog.records if "failed on resizing" in r.getMessage()]
+    assert len(lines) == 1 and len(lines[0]) < 500  # the exception's text clipped
+
+    monkeypatch.undo()
+    e.kubelet.update_container_resources(g, resized(2000))  # kubelet's next try is decided
+    e.flush()
+    assert len(cpus(e, g)) == 2 and cpus(e, be) == shared - cpus(e, g)
+
+
+def test_a_policy_failure_on_a_resize_fails_kubelets_call_fail_closed(engine_factory, monkeypatch):  # noqa: F811
+    from cri_resmgr.engine import resmgr
+
+    e = engine_factory(SHAPE, "policy: {Active: static, ReservedResources: {CPU: 2}, FailClosed: true}\n")
+    e.kubelet.start_pod(besteffort("be"))
+    g = e.kubelet.start_pod(guaranteed("g", "1500m")).container_ids["c"]
+
+    def broken(policy, workload, placed):  # type: ignore[no-untyped-def]
+        raise RuntimeError("x" * 10_000)
+
+    monkeypatch.setattr(resmgr.policy_resize, "resize", broken)
+    with pytest.raises(grpc.RpcError) as err:
+        e.kubelet.update_container_resources(g, resized(2000))
+    assert err.value.code() == grpc.StatusCode.INTERNAL and len(err.value.details()) < 300
+    assert e.fake.containers[g]["resources"].cpu_quota == 150000  # nothing reached the runtime

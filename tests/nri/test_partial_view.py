@@ -25,7 +25,7 @@ from tests.nri.runtime_double import container, guaranteed, pod
 class Plugin:
     """What app.run wires, minus the connection: the runtime's calls are made directly."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, grace: float = 3600):
         config = workdir / "config.yaml"
         config.write_text(STATIC)
         settings = Settings(policy="static", force_config=str(config), state_dir=str(workdir / "state"),
@@ -36,7 +36,7 @@ class Plugin:
         self.hooks = Hooks(self.runtime, lambda: self.controller.flush())
         self.controller = Controller(settings.engine(), default_registry(), self.hooks, self.runtime,
                                      lambda *a: None)  # type: ignore[arg-type,return-value]
-        self.sync = app.Synchronizer(self.controller, self.runtime, lambda why: None, grace=3600)
+        self.sync = app.Synchronizer(self.controller, self.runtime, lambda why: None, grace=grace)
         self.hooks.on_configure, self.hooks.on_synchronize = self.sync.configured, self.sync
         self.hooks.on_unknown = self.sync.adopt_soon
 
@@ -112,3 +112,36 @@ def test_a_synchronize_during_a_slow_activation_waits_for_it_and_applies_once(wo
 
     asyncio.run(scenario())
     assert sum("active (" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_after_the_grace_without_synchronize_updates_of_unheard_containers_are_sent(workdir: Path) -> None:
+    """No Synchronize ever (a plugin containerd 1.7 launched): once the grace is over, an
+    update of a container the view has not heard of (it ran before the plugin) is sent
+    with UpdateContainers like the held ones were, not held for a Synchronize that will
+    not come: else it would keep running on CPUs a new container was just given."""
+    pods = [pod("p1", "burstable"), pod("g", "guaranteed")]
+    a1, g1 = container("a1", "p1", milli_cpu=500), guaranteed("g1", "g", 2)
+
+    async def scenario() -> None:
+        first = Plugin(workdir)
+        await first.configure()
+        await first.synchronize(pods, [a1, g1])
+        await first.close()
+
+        second = Plugin(workdir, grace=0.05)
+        await second.configure()
+        for _ in range(100):
+            if not second.runtime._deferred and second.sent:
+                break
+            await asyncio.sleep(0.02)
+        second.sent.clear()  # what the grace released: the restore's updates
+        reply = await second.hooks.create_container(api.CreateContainerRequest(
+            pod=pods[1], container=guaranteed("g2", "g", 2)))
+        mine = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert len(mine) == 2
+        await second.controller.flush()
+        told = {u.container_id: CPUSet.parse(u.linux.resources.cpu.cpus) for u in [*second.sent, *reply.update]}
+        assert "a1" in told and not (told["a1"] & mine)  # a1 left g2's CPUs
+        await second.close()
+
+    asyncio.run(scenario())
