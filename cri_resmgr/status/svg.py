@@ -136,9 +136,13 @@ def _fill(cell: Cell, fills: dict[str, str]) -> str:
 def _thread(x: int, y: int, cell: Cell, fills: dict[str, str]) -> list[str]:
     fill = _fill(cell, fills)
     label = cell.label if len(cell.label) <= 16 else cell.label[:15] + "…"
-    return [f'<g><title>{escape(f"CPU {cell.cpu}: {cell.label}")}</title>',
+    title = f"CPU {cell.cpu}: {cell.label}" + (f"; shared by {', '.join(cell.sharers)}" if cell.sharers else "")
+    # The containers running on it shared (a pool tree's nodes, a balloon): their count, named in the title.
+    shared = [f'<text x="{x + THREAD_W - 4:g}" y="{y + 13}" text-anchor="end" fill="#37474f">'
+              f'+{len(cell.sharers)}</text>'] if cell.sharers else []
+    return [f'<g><title>{escape(title)}</title>',
             _box(x, y, THREAD_W, THREAD_H, fill),
-            _text(x + 4, y + 13, f"CPU {cell.cpu}"), _text(x + 4, y + 28, label, bold=cell.holder is not None),
+            _text(x + 4, y + 13, f"CPU {cell.cpu}"), *shared, _text(x + 4, y + 28, label, bold=cell.holder is not None),
             "</g>"]
 
 

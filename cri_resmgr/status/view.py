@@ -37,6 +37,7 @@ class Cell:
     cpu: int
     label: str  # the holder's short name, or the pools: "shared", "shared/reserved", "idle"
     holder: int | None  # index into View.containers of the exclusive holder; None: no one
+    sharers: tuple[str, ...] = ()  # short names of the containers running on it shared (not exclusive)
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,13 @@ def build(doc: Mapping[str, Any]) -> View:
     containers: Sequence[Mapping[str, Any]] = doc["containers"]
     rows = tuple(_row(c, short) for c, short in zip(containers, _short_names(containers), strict=True))
     holders: dict[int, int] = {}
+    sharing: dict[int, list[str]] = {}
     for i, c in enumerate(containers):
         for cpu in CPUSet.parse(c["exclusive_cpus"]):
             holders.setdefault(cpu, i)  # a CPU given twice would be a bug; the table shows both
+        if c.get("pool") is not None:  # placed: its shared CPUs show who runs there (a pool tree's nodes)
+            for cpu in CPUSet.parse(c.get("shared_cpus") or ""):
+                sharing.setdefault(cpu, []).append(rows[i].short)
     pools = {name: CPUSet.parse(cpus) for name, cpus in doc["pools"].items()}
     others = sorted(((len(c), n, c) for n, c in pools.items() if n not in MARKED_POOLS and n not in NOT_MARKING))
     topo = doc.get("topology")
@@ -110,7 +115,8 @@ def build(doc: Mapping[str, Any]) -> View:
     offline = ""
     if topo is not None:
         machine = tuple((pkg["id"], tuple((node["id"], tuple(
-            (core["id"], tuple(_cell(cpu, holders, rows, pools, others) for cpu in core["cpus"]))
+            (core["id"], tuple(_cell(cpu, holders, rows, pools, others, tuple(sharing.get(cpu, ())))
+                               for cpu in core["cpus"]))
             for core in node["cores"])) for node in pkg["nodes"])) for pkg in topo["packages"])
         offline = topo["offline"]
     config = doc.get("config") or {}
@@ -163,15 +169,15 @@ def _runs_on(p: Mapping[str, Any]) -> str:
 
 
 def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet],
-          others: Sequence[tuple[int, str, CPUSet]] = ()) -> Cell:
+          others: Sequence[tuple[int, str, CPUSet]] = (), sharers: tuple[str, ...] = ()) -> Cell:
     holder = holders.get(cpu)
     if holder is not None:
-        return Cell(cpu, rows[holder].short, holder)
+        return Cell(cpu, rows[holder].short, holder, sharers)
     marks = [name for name in MARKED_POOLS if cpu in pools.get(name, CPUSet())]
     if not marks:
         # The smallest other pool holding it: a balloon, or the leaf of a pool tree.
         marks = [name for _, name, cpus in others if cpu in cpus][:1]
-    return Cell(cpu, "/".join(marks) or IDLE, None)
+    return Cell(cpu, "/".join(marks) or IDLE, None, sharers)
 
 
 def _short_names(containers: Sequence[Mapping[str, Any]]) -> list[str]:

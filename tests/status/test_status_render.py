@@ -96,8 +96,11 @@ def test_svg_parses_and_names_every_container_and_cpu():
         assert short in texts, short
     for cpu in range(8):
         assert f"CPU {cpu}" in texts
-    titles = {t.text for t in root.iter(SVG + "title")}
+    titles = {t.text.split("; ")[0] for t in root.iter(SVG + "title")}
     assert "CPU 6: postgres" in titles and "CPU 3: shared" in titles
+    # The shared pool's containers are visible on its CPUs: named in the title, counted in the cell.
+    assert "CPU 3: shared; shared by nginx, b:c, x<&>y" in {t.text for t in root.iter(SVG + "title")}
+    assert "+3" in texts
 
 
 def test_not_a_state_document_is_one_error_line():

@@ -89,8 +89,10 @@ def test_svg_gives_each_balloon_its_colour_a_legend_and_the_pool_table():
     root = ET.fromstring(command.render(state.to_document(), "svg"))
     fill_of: dict[str, str] = {}
     for g in root.iter(svg_ns + "g"):
-        title = g.find(svg_ns + "title").text  # "CPU 3: dataplane[0]"
-        fill_of[title.split(": ", 1)[1]] = g.find(svg_ns + "rect").get("fill")
+        title = g.find(svg_ns + "title").text  # "CPU 3: dataplane[0]; shared by k-upf"
+        fill_of[title.split(": ", 1)[1].split("; ")[0]] = g.find(svg_ns + "rect").get("fill")
+    titles = [g.find(svg_ns + "title").text for g in root.iter(svg_ns + "g")]
+    assert any(t.endswith("batch[0]; shared by k-job") for t in titles), titles  # who runs there, visible
     balloon_fills = {label: fill for label, fill in fill_of.items() if "[" in label}
     assert len(balloon_fills) >= 2, fill_of
     assert len(set(balloon_fills.values())) == len(balloon_fills), balloon_fills  # one colour each
