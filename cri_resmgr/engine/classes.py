@@ -370,7 +370,8 @@ class ClassesOnly:
         for record in self.cache:
             if record.id not in live:
                 self.cache.remove_container(record.key)
-        for pod_id in [p for p in self.cache.pods if p not in {c.pod_sandbox_id for c in live.values()}]:
+        live_pods = {c.pod_sandbox_id for c in live.values()}  # once: not per pod (P x C on each start)
+        for pod_id in [p for p in self.cache.pods if p not in live_pods]:
             self.cache.remove_pod(pod_id)
         unknown = [c for c in live.values() if self.cache.by_id(c.id) is None]
         if unknown:
