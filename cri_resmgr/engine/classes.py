@@ -329,9 +329,11 @@ def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
     if not isinstance(data, dict):
         return cgroups.Where()
     pid = data.get("pid")
-    linux = (data.get("runtimeSpec") or {}).get("linux") or {}
+    spec = data.get("runtimeSpec")
+    linux = spec.get("linux") if isinstance(spec, dict) else None
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    return cgroups.Where(pid=pid if isinstance(pid, int) else 0, cgroups_path=path if isinstance(path, str) else "")
+    return cgroups.Where(pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
+                         cgroups_path=path if isinstance(path, str) else "")
 
 
 class ClassesOnly:
