@@ -3,14 +3,18 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all deps demo lint test bench protos images install-node uninstall-node clean
+.PHONY: all deps deps-demo demo lint test bench protos images install-node uninstall-node clean
 
 all: test
 
 deps:
 	@bash scripts/install-deps.sh
 
-demo: deps
+# Only what the demo runs (no Go, mypy, ruff, kubernetes client): scripts/install-deps.sh demo.
+deps-demo:
+	@bash scripts/install-deps.sh demo
+
+demo: deps-demo
 	$(PY) -m tests.harness.demo
 
 # Lint, types (mypy --strict on the package, the agent and the webhook; setup.cfg) and the layers (.importlinter,

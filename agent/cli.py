@@ -31,18 +31,21 @@ CONFIGMAP_NAME = flags.text("configmap-name", "NAME",
 LABEL_NAME = flags.text("label-name", "LABEL", "node label whose value is the node's group", _DEFAULTS.label_name)
 AGENT_SOCKET = flags.text("agent-socket", "PATH", "where to serve the Agent service", _DEFAULTS.agent_socket)
 CONFIG_SOCKET = flags.text("config-socket", "PATH", "the relay's Config service socket", _DEFAULTS.config_socket)
-HEALTH_ADDRESS = flags.text("health-address", "HOST:PORT", "where to serve /readyz and /healthz ('' disables)",
-                            _DEFAULTS.health_address)
-PROBE = flags.switch("probe", "ask the agent at -health-address whether it is ready; exit 0 if so, 1 if not")
+# The relay's names for the same things (-metrics-address, -logger-debug); -health-address still works.
+HEALTH_ADDRESS = flags.text("metrics-address", "HOST:PORT", "where to serve /readyz and /healthz ('' disables); "
+                            "was -health-address", _DEFAULTS.health_address)
+PROBE = flags.switch("probe", "ask the agent at -metrics-address whether it is ready; exit 0 if so, 1 if not")
 LOG_LEVEL = flags.choice("log-level", "logging threshold", ("debug", "info", "warning", "error"), "info")
+LOGGER_DEBUG = flags.switch("logger-debug", "debug logging, as -log-level debug (the relay's flag)")
 
 COMMAND = flags.Command(
     PROG,
     "Configures cri-resmgr on this node from the cluster's ConfigMaps and acts on the cluster for it. "
     "NODE_NAME must name this node.",
     (KUBECONFIG, CONFIG_NS, CONFIGMAP_NAME, LABEL_NAME, AGENT_SOCKET, CONFIG_SOCKET, HEALTH_ADDRESS, PROBE,
-     LOG_LEVEL),
+     LOG_LEVEL, LOGGER_DEBUG),
     version=__version__,
+    renamed={"health-address": "metrics-address"},
 )
 
 
@@ -73,7 +76,8 @@ def _run(values: flags.Values) -> int:
         ready, reason = probe(options.health_address)
         print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
         return 0 if ready else 1
-    logging.basicConfig(level=values[LOG_LEVEL].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # urllib3 warns about every connection retry; during an API server outage the
     # reflectors already say so once.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

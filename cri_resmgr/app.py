@@ -137,7 +137,6 @@ def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Up
 async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool], None] | None = None) -> int:
     log.info("cri-resmgr %s starting", __version__)  # the first line: which build wrote this log
     methods = MethodTable()
-    runtime, image, primary = _upstreams(settings)
 
     # Refuse early if another relay is live, before waiting on the runtime; and if another
     # front end (a relay on another socket, the NRI plugin) manages the state directory.
@@ -161,7 +160,13 @@ async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool]
             state_lock.release()
             return 1
     try:
-        return await _serve(settings, registry, set_debug, methods, (runtime, image, primary), http)
+        # The runtime channels only now: a refused start leaves no gRPC channel to its exit.
+        runtime, image, primary = _upstreams(settings)
+        try:
+            return await _serve(settings, registry, set_debug, methods, (runtime, image, primary), http)
+        finally:
+            for up in {id(u): u for u in (runtime, image) if u is not None}.values():
+                await up.close()
     finally:
         if http is not None:
             await asyncio.to_thread(http.shutdown)
@@ -250,6 +255,4 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     if config_server is not None:
         await config_server.stop()
     await controller.close()
-    for up in {id(u): u for u in (runtime, image) if u is not None}.values():
-        await up.close()
     return 0

@@ -76,6 +76,8 @@ PROBE = flags.switch("probe", "Ask the relay at -metrics-address (default for th
 RECONCILE_PERIOD = flags.option("reconcile-period", "SECONDS", "Reconcile with the runtime this often (one "
                                 "ListContainers): release the CPUs of containers removed behind the relay's back, "
                                 "adopt unknown ones; 0 disables.", DEFAULT_RECONCILE_PERIOD, flags.number(low=0))
+LOG_FORMAT = flags.choice("log-format", "Log lines as text, or as JSON objects with the same fields (time with "
+                          "its zone, level, logger, message).", logsetup.FORMATS, "text")
 # Read by expand_config before parsing; here for -help.
 CONFIG = flags.text("config", "FILE", "Option file: these options, one per line, without leading dashes.", None)
 LOGGER_DEBUG = flags.option("logger-debug", "SOURCES", "Debug logging for '*' (all of cri-resmgr's) or a "
@@ -91,7 +93,7 @@ COMMAND = flags.Command(
      DUMP_FORMAT, DUMP_MAX_SIZE, DUMP_UNREDACTED, CONFIG_SOCKET, AGENT_SOCKET, AGENT_EXPORT_INTERVAL, STATE_DIR,
      HOST_ROOT, FORCE_CONFIG,
      FALLBACK_CONFIG, PRINT_CONFIG, DRY_RUN, DISABLE_POLICY_SWITCH, RUNTIME_WAIT_TIMEOUT, METRICS_ADDRESS, PROBE,
-     RECONCILE_PERIOD, CONFIG, LOGGER_DEBUG),
+     RECONCILE_PERIOD, CONFIG, LOGGER_DEBUG, LOG_FORMAT),
     version=__version__,
 )
 
@@ -187,7 +189,7 @@ def _run(values: flags.Values) -> int:
         printconfig.check(settings, config, registry)
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
-    debug = logsetup.setup(settings.logger_debug)
+    debug = logsetup.setup(settings.logger_debug, values[LOG_FORMAT])
     return eventloop.run(app.run(settings, registry, debug.set_config_debug))
 
 

@@ -18,8 +18,8 @@ import platform
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar, cast
 
@@ -176,6 +176,9 @@ class Command:
     flags: Sequence[Flag[object]]
     # Printed by -version; the caller passes cri_resmgr.__version__ (this module imports nothing of the project).
     version: str | None = None
+    # Old flag names still accepted, to their new ones: the same name across the relay, the NRI
+    # plugin, the agent and the webhook for the same thing. Each use prints one deprecation line.
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
     def run(self, argv: Sequence[str], body: Callable[[Values], int]) -> int:
         """Parses argv and calls body with the values; returns the exit code: body's,
@@ -238,6 +241,11 @@ class Command:
             raise HelpRequested
         if name == VERSION_NAME and self.version is not None and VERSION_NAME not in by_name:
             raise VersionRequested
+        if name in self.renamed:
+            new = self.renamed[name]
+            dashes = "--" if spelling.startswith("--") else "-"
+            print(f"{self.prog}: warning: {spelling} is deprecated: use {dashes}{new}", file=sys.stderr)
+            name = new
         flag = by_name.get(name)
         if flag is None:
             near = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.75) if len(name) <= 100 else []
@@ -281,6 +289,8 @@ class Command:
                                    subsequent_indent=" " * 8, break_on_hyphens=False, break_long_words=False)
         if self.version is not None:
             lines += ["  -version, --version", " " * 8 + "Print the version and exit."]
+        for old_name, new_name in sorted(self.renamed.items()):
+            lines += [f"  -{old_name}", " " * 8 + f"Deprecated: use -{new_name}."]
         lines += ["  -h, -help, --help", " " * 8 + "Show this help and exit."]
         return "\n".join(lines)
 

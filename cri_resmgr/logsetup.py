@@ -8,9 +8,11 @@ A configuration's `logger.Debug: true` adds all of ours while it is in force.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 ROOT = "cri_resmgr"
 ALL = "*"
@@ -119,10 +121,44 @@ class Throttle(logging.Filter):
         record.msg, record.args = message, None
 
 
-def setup(sources: frozenset[str]) -> DebugSources:
+FORMATS = ("text", "json")
+
+
+class TextFormatter(logging.Formatter):
+    """FORMAT with an ISO 8601 time that says its zone: `2026-11-27T14:47:03.120+00:00`."""
+
+    def __init__(self) -> None:
+        super().__init__(FORMAT)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _timestamp(record)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line with the text format's fields: time (with its zone), level,
+    logger, message; a traceback as `exception`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, str] = {"time": _timestamp(record), "level": record.levelname, "logger": record.name,
+                                "message": record.getMessage()}
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    when = datetime.fromtimestamp(record.created).astimezone()
+    return when.isoformat(timespec="milliseconds")
+
+
+def setup(sources: frozenset[str], fmt: str = "text") -> DebugSources:
     """INFO on the root logger (so grpc, asyncio and the rest stay quiet), DEBUG for `sources`;
-    repeated warnings rate-limited and every line bounded (`Throttle`)."""
+    repeated warnings rate-limited and every line bounded (`Throttle`). `fmt`: "text" lines,
+    or "json" lines (-log-format)."""
     logging.basicConfig(level=logging.INFO, format=FORMAT)
+    formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
     throttle = Throttle()
     for handler in logging.getLogger().handlers:
         handler.addFilter(throttle)

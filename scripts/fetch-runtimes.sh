@@ -28,6 +28,17 @@ done
 ((${#missing[@]})) || exit 0
 
 mkdir -p "$CACHE"
+# One fetch at a time (several worktrees' `make deps` at once): the others wait, then find
+# the versions unpacked. Without it two would unpack into the same .partial directory, and
+# one would remove the directory the other's tests already run from.
+exec 9>"$CACHE/.lock"
+flock 9
+missing=()
+for r in "${RUNTIMES[@]}"; do
+  have "${r#*:}" || missing+=("$r")
+done
+((${#missing[@]})) || exit 0
+
 apt_dir=$(mktemp -d "$CACHE/.apt-XXXXXX")
 trap 'rm -rf "$apt_dir"' EXIT
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/parts" "$apt_dir/prefs" "$apt_dir/debs"

@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian 12 machine lacks to run the demo, tests and
-# benchmarks: Debian packages (as root), a virtualenv and the project itself.
-# Idempotent: it only installs what is missing.
+# Installs what a fresh Debian 12 machine lacks: Debian packages (as root), a virtualenv and
+# the project itself. Idempotent: it only installs what is missing.
+#   scripts/install-deps.sh        everything `make test`, `make lint` and `make bench` use
+#   scripts/install-deps.sh demo   only what `make demo` runs: containerd, runc, busybox and
+#                                  the relay's own run-time packages (no Go toolchain, mypy,
+#                                  ruff, kubernetes client or newer containerd releases)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
+mode=${1:-all}
+case $mode in
+  all|demo) ;;
+  *) echo "install-deps: unknown mode '$mode' (all or demo)" >&2; exit 2 ;;
+esac
 
 # python3-venv: a minimal Debian's python3 has no ensurepip, so `python3 -m venv` fails
 # without it (also for scripts/install-node.sh); make: the README's commands.
 # golang-go, golang-github-containerd-ttrpc-dev, gogoprotobuf: tests/nri/interop builds a Go
 # runtime side on the real containerd/ttrpc library (with CI=true those tests fail, not skip,
 # when they are missing).
-APT_PACKAGES=(python3-venv make containerd runc busybox-static openssl iproute2 util-linux procps
-              golang-go golang-github-containerd-ttrpc-dev gogoprotobuf)
+DEMO_APT_PACKAGES=(python3-venv make containerd runc busybox-static util-linux procps)
+APT_PACKAGES=("${DEMO_APT_PACKAGES[@]}" openssl iproute2 golang-go golang-github-containerd-ttrpc-dev gogoprotobuf)
+[ "$mode" = demo ] && APT_PACKAGES=("${DEMO_APT_PACKAGES[@]}")
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,7 +40,7 @@ fi
 # containerd 1.7.24 and 2.1.9 for the NRI and relay tests: Debian's packages, unpacked
 # into /var/cache/cri-resmgr-test (nothing installed; scripts/fetch-runtimes.sh). Without
 # them those tests skip, and fail under CI=true.
-if [ "$(id -u)" = 0 ]; then
+if [ "$mode" = all ] && [ "$(id -u)" = 0 ]; then
   bash scripts/fetch-runtimes.sh || echo "install-deps: newer containerd releases not fetched (tests needing them skip; fail under CI=true)" >&2
 fi
 
@@ -42,8 +51,16 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-stamp="$VENV/.cri-resmgr-installed"
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+stamp="$VENV/.cri-resmgr-installed"  # everything: it serves the demo too
+demo_stamp="$VENV/.cri-resmgr-installed-demo"
+fresh() { [ -f "$1" ] && [ ! setup.cfg -nt "$1" ] && [ ! pyproject.toml -nt "$1" ]; }
+if [ "$mode" = demo ]; then
+  if ! fresh "$stamp" && ! fresh "$demo_stamp"; then
+    # The relay's run-time dependencies and uvloop, as on a node: what the demo runs.
+    "$VENV/bin/pip" install -q -e '.[uvloop]'
+    touch "$demo_stamp"
+  fi
+elif ! fresh "$stamp"; then
   "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
   # agent: its tests run the real kubernetes client; test: lint, types, grpcio-tools.
   "$VENV/bin/pip" install -q -e '.[agent,test]'

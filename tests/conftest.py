@@ -19,7 +19,6 @@ import pytest
 
 from tests.harness import runtimes
 from tests.harness.containerd import Containerd
-from tests.harness.hostguard import _host_untouched  # noqa: F401 (autouse: no test touches the host's paths)
 from tests.harness.kubelet import Kubelet
 
 _NEEDED_BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")

@@ -114,3 +114,25 @@ def test_probe_of_nothing_is_one_plain_line() -> None:
     done = run("-probe", "-metrics-address", f"127.0.0.1:{_free_port()}")
     assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1
     assert done.stderr.startswith("not ready: relay not reachable at 127.0.0.1:")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_log_lines_carry_a_zoned_time_and_json_has_the_same_fields(tmp_path: Path, fmt: str) -> None:
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "cri_resmgr.cli", "-log-format", fmt, "-relay-socket", str(tmp_path / "r.sock"),
+         "-state-dir", str(tmp_path / "state"), "-runtime-socket", str(tmp_path / "none.sock"),
+         "-runtime-wait-timeout", "1", "-config-socket", "-", "-agent-socket", "-"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    zoned = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"
+    if fmt == "text":
+        assert re.fullmatch(zoned + r" INFO cri_resmgr\.app: cri-resmgr \S+ starting", lines[0]), lines[0]
+        return
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert records[0]["message"].startswith("cri-resmgr ") and records[0]["level"] == "INFO"
+    assert all(set(r) == {"time", "level", "logger", "message"} for r in records), records
+    assert all(re.fullmatch(zoned, r["time"]) for r in records)
+    assert records[-1]["level"] == "ERROR" and "not ready after 1s" in records[-1]["message"]

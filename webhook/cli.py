@@ -29,12 +29,13 @@ MAX_BODY_BYTES = flags.option("max-body-bytes", "BYTES", "Larger request bodies 
 SHUTDOWN_GRACE = flags.option("shutdown-grace", "SECONDS", "Seconds in-flight reviews get to finish after SIGTERM.",
                               10.0, flags.number(0))
 LOG_LEVEL = flags.choice("log-level", "Logging threshold.", ("debug", "info", "warning", "error"), "info")
+LOGGER_DEBUG = flags.switch("logger-debug", "Debug logging, as -log-level debug (the relay's flag).")
 
 COMMAND = flags.Command(
     PROG,
     "Mutating admission webhook: adds to every new pod the annotation intel.com/resources with each "
     "container's requests and limits.",
-    (CERT_FILE, KEY_FILE, PORT, BIND_ADDRESS, MAX_BODY_BYTES, SHUTDOWN_GRACE, LOG_LEVEL),
+    (CERT_FILE, KEY_FILE, PORT, BIND_ADDRESS, MAX_BODY_BYTES, SHUTDOWN_GRACE, LOG_LEVEL, LOGGER_DEBUG),
     version=__version__,
 )
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(values: flags.Values) -> int:
     logging.basicConfig(
-        level=values[LOG_LEVEL].upper(), stream=sys.stderr,
+        level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logger = logging.getLogger("cri_resmgr_webhook")

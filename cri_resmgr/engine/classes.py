@@ -80,7 +80,10 @@ class ClassControl:
         self._blockio_touched: set[str] = set()
         self._rdt_touched: set[str] = set()
         self._seen: set[str] = set()
-        self._warned: set[str] = set()  # one warning per missing thing / unknown class per container
+        self._warned: set[str] = set()  # one warning per missing thing
+        # One warning per unknown class per container: (kind, name) by container key,
+        # forgotten with the container (a node's churn would grow a set of them for ever).
+        self._unknown_warned: dict[str, set[tuple[str, str]]] = {}
         self._assignments: dict[tuple[str, str], int] = {}
         self._unknown = 0
         self._failures = {k: 0 for k in KINDS}
@@ -186,6 +189,8 @@ class ClassControl:
         keys = {c.key for c in every}
         for key in [k for k in self._chosen if k not in keys]:
             del self._chosen[key]
+        for key in [k for k in self._unknown_warned if k not in keys]:
+            del self._unknown_warned[key]
         for c in live:
             if not self._relevant(c):
                 continue
@@ -234,10 +239,13 @@ class ClassControl:
         w = c.workload
         chosen = self._choices(c)
         for kind, choice, known in zip(KINDS, chosen, (p.config.blockio.classes, p.config.rdt.classes), strict=True):
-            if choice.unknown is not None and self._warn_once(
-                    f"unknown:{c.key}:{kind}:{choice.unknown}",
-                    f"{w}: {kind} class {short(choice.unknown)} is not in the configuration (classes: "
-                    f"{', '.join(sorted(known)) or 'none'}); the container runs without one"):
+            if choice.unknown is None:
+                continue
+            warned = self._unknown_warned.setdefault(c.key, set())
+            if (kind, choice.unknown) not in warned:
+                warned.add((kind, choice.unknown))
+                log.warning("%s: %s class %s is not in the configuration (classes: %s); the container runs "
+                            "without one", w, kind, short(choice.unknown), ", ".join(sorted(known)) or "none")
                 self._unknown += 1
                 self._counted()
         before = self._chosen.get(c.key)
@@ -321,9 +329,11 @@ def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
     if not isinstance(data, dict):
         return cgroups.Where()
     pid = data.get("pid")
-    linux = (data.get("runtimeSpec") or {}).get("linux") or {}
+    spec = data.get("runtimeSpec")
+    linux = spec.get("linux") if isinstance(spec, dict) else None
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    return cgroups.Where(pid=pid if isinstance(pid, int) else 0, cgroups_path=path if isinstance(path, str) else "")
+    return cgroups.Where(pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
+                         cgroups_path=path if isinstance(path, str) else "")
 
 
 class ClassesOnly:
@@ -362,7 +372,8 @@ class ClassesOnly:
         for record in self.cache:
             if record.id not in live:
                 self.cache.remove_container(record.key)
-        for pod_id in [p for p in self.cache.pods if p not in {c.pod_sandbox_id for c in live.values()}]:
+        live_pods = {c.pod_sandbox_id for c in live.values()}  # once: not per pod (P x C on each start)
+        for pod_id in [p for p in self.cache.pods if p not in live_pods]:
             self.cache.remove_pod(pod_id)
         unknown = [c for c in live.values() if self.cache.by_id(c.id) is None]
         if unknown:

@@ -19,7 +19,7 @@ import yaml
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import InputError, clip, load_json, load_yaml, short
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.policy.api import ANNOTATION_DOMAIN, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
+from cri_resmgr.policy.api import ANNOTATION_DOMAINS, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 
 log = logging.getLogger(__name__)
@@ -261,4 +261,4 @@ def plain(**kwargs: Any) -> Workload:
 
 
 def _ours(annotations: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in annotations.items() if ANNOTATION_DOMAIN in k}
+    return {k: v for k, v in annotations.items() if any(d in k for d in ANNOTATION_DOMAINS)}

@@ -341,9 +341,14 @@ class ResourceManager:
         old = c.workload
         if change is not None:
             async with self._lock:
+                decided: set[str] | None = set()
                 if change.decide and self._policy.resources(c.key) is not None:
-                    changed = self._resized(c, change)
-                c.workload = change.workload
+                    decided = self._resized(c, change)
+                if decided is None:  # the policy failed (fail-open): it keeps its placement, the record its size
+                    change = None
+                else:
+                    changed = decided
+                    c.workload = change.workload
         current = self._policy.resources(c.key)
         kept = c.resources
         if current is not None:
@@ -358,7 +363,7 @@ class ResourceManager:
             reply = await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
         except BaseException:
             if change is not None:
-                await self._resize_back(c, old, kept, change.decide)
+                await self._resize_back(c, old, kept, change.decide, changed)
             raise
         if change is not None:
             async with self._lock:
@@ -366,9 +371,11 @@ class ResourceManager:
                 self._save(c.key)
         return reply
 
-    def _resized(self, c: ContainerRecord, change: resize.Resize) -> set[str]:
+    def _resized(self, c: ContainerRecord, change: resize.Resize) -> set[str] | None:
         """The policy's decision for a resized container (lock held); returns the other
-        keys to sync. A refusal is the caller's gRPC error, with nothing changed."""
+        keys to sync. A refusal is the caller's gRPC error, with nothing changed. A
+        policy's failure is handled as on a create: under FailClosed the call fails;
+        else (None) kubelet's update passes with the container's placement kept."""
         had = self._policy.resources(c.key)
         try:
             decision = policy_resize.resize(self._policy, change.workload, self._placed_now)
@@ -379,6 +386,17 @@ class ResourceManager:
                     f"free for exclusive use: {free or 'no CPUs'}; it keeps cpuset {had.cpuset_cpus if had else '-'}")
             log.warning("%s", text)
             raise InterceptError(grpc.StatusCode.RESOURCE_EXHAUSTED, text) from None
+        except Exception as e:  # a policy's bug: every policy puts the container back first
+            self._counts.policy_errors += 1
+            why = clip(str(e), 200)
+            if self._options.fail_closed:
+                log.error("policy %s failed on resizing %s (fail-closed): %s", self._policy_name, c.workload, why)
+                raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self._policy_name}: {why}") \
+                    from None
+            log.error("policy %s failed on resizing %s to %s: %s: %s; passing kubelet's update with its "
+                      "cpuset kept (fail-open)", self._policy_name, c.workload, change.describe(),
+                      type(e).__name__, why)
+            return None
         self._counts.resizes += 1
         if decision.resources is not None:
             log.info("%s: resized to %s: %s", change.workload, change.describe(),
@@ -389,22 +407,29 @@ class ResourceManager:
         """Every container the policy holds, as the cache knows it (for policy/resize.py)."""
         return [r.workload for r in self._cache if not r.released and self._policy.resources(r.key) is not None]
 
-    async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool) -> None:
+    async def _resize_back(self, c: ContainerRecord, old: Workload, kept: dict[str, Any], decided: bool,
+                           changed: set[str]) -> None:
         """The runtime refused a resizing update: the container keeps its old size
-        and resources, and the policy its old decision when its CPUs are still free."""
+        and resources, and the policy its old decision when its CPUs are still free.
+        `changed`: the others the resize moved, not told yet (that waited for the reply)."""
         async with self._lock:
             if c.released:
                 return
             c.resources = kept
             self._linux.pop(c.key, None)
             if decided and self._policy.resources(c.key) is not None:
+                self._applied.pop(c.key, None)  # its cpuset is sent again, whichever size it keeps
                 try:
                     decision = policy_resize.resize(self._policy, old, self._placed_now)
-                except ResizeError as e:  # its old CPUs were taken meanwhile: it keeps the new size
-                    log.warning("%s: the runtime refused the resize, and its old size cannot be had again: %s",
-                                old, e)
+                except ResizeError as e:
+                    # Its old CPUs were taken meanwhile (a create while the runtime answered):
+                    # it keeps the new size, and it and the others it moved are told so, or
+                    # it would keep running on CPUs the policy has given away.
+                    log.warning("%s: the runtime refused the resize, and its old size cannot be had again: %s; "
+                                "it keeps the new size", old, e)
+                    self._sync({c.key, *changed}, f"resizing {c.workload} (the runtime refused the update)")
+                    self._save(c.key)
                     return
-                self._applied.pop(c.key, None)
                 self._sync({c.key, *decision.others}, f"the runtime's refusal to resize {old}")
             c.workload = old
             self._save(c.key)

@@ -86,6 +86,9 @@ class Synchronizer:
         self._grace = grace
         self._tasks: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
         self._adopting: asyncio.Future[None] | None = None
+        # The activation under way: a Synchronize that comes before it is done (Configure
+        # answered at its deadline) waits for it rather than applying the configuration again.
+        self._activating: asyncio.Future[None] | None = None
         self.activated_after: float | None = None  # seconds from Configure to active, for metrics and bench
         self._frozen = False
 
@@ -102,9 +105,14 @@ class Synchronizer:
         self._c.set_fallback(Document(text, "the runtime's configuration of this plugin (ConfigureRequest.config)"))
 
     async def configured(self) -> None:
-        """At each Configure: the first activates."""
+        """At each Configure: the first activates (once, however many wait for it)."""
         if self._c.config is not None:
             return
+        if self._activating is None or self._activating.done():  # done: it failed, try again
+            self._activating = self._spawn(self._activate())
+        await asyncio.shield(self._activating)
+
+    async def _activate(self) -> None:
         t0 = time.monotonic()
         self._take_runtime_config()
         try:

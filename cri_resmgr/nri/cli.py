@@ -50,7 +50,8 @@ COMMAND = flags.Command(
      relay_cli.DUMP_FILE, relay_cli.DUMP_FORMAT, relay_cli.DUMP_MAX_SIZE, relay_cli.DUMP_UNREDACTED,
      relay_cli.CONFIG_SOCKET, relay_cli.STATE_DIR, relay_cli.HOST_ROOT, relay_cli.FORCE_CONFIG,
      relay_cli.FALLBACK_CONFIG, relay_cli.PRINT_CONFIG, relay_cli.DRY_RUN, relay_cli.DISABLE_POLICY_SWITCH,
-     relay_cli.METRICS_ADDRESS, relay_cli.RECONCILE_PERIOD, relay_cli.CONFIG, relay_cli.LOGGER_DEBUG),
+     relay_cli.METRICS_ADDRESS, relay_cli.RECONCILE_PERIOD, relay_cli.CONFIG, relay_cli.LOGGER_DEBUG,
+     relay_cli.LOG_FORMAT),
     version=__version__,
 )
 
@@ -107,7 +108,7 @@ def _run(values: flags.Values) -> int:
         printconfig.check(settings, config, registry)  # a bad value exits 2 before the runtime is met
     except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
         raise flags.UsageError(str(e)) from None
-    debug = logsetup.setup(settings.logger_debug)
+    debug = logsetup.setup(settings.logger_debug, values[relay_cli.LOG_FORMAT])
     return asyncio.run(app.run(settings, nri, registry, debug.set_config_debug))
 
 

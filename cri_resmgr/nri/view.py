@@ -13,6 +13,7 @@ sent with UpdateContainers when no hook is.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -109,8 +110,15 @@ class NriRuntime:
         # until a Synchronize says whether they exist (`synchronize`), or sent with
         # UpdateContainers when none comes (`release_deferred`).
         self._deferred: dict[str, api.ContainerUpdate] = {}
+        # Whether such updates are held (until `release_deferred`: then, with no Synchronize
+        # to wait for, each is sent alone with UpdateContainers).
+        self._holding = True
         # Updates waiting for the next hook's reply (deferred ones a Synchronize confirmed).
         self._carry: dict[str, api.ContainerUpdate] = {}
+        # Updates of containers the view has not heard of, made during a hook once nothing
+        # is held: sent with UpdateContainers after the hook's reply, not in it.
+        self._after_hook: dict[str, api.ContainerUpdate] = {}
+        self._pushing: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
 
     @property
     def path(self) -> str:
@@ -134,6 +142,7 @@ class NriRuntime:
     def configured(self) -> None:
         """A new session: partial until its Synchronize (which may never come)."""
         self.listing_complete = False
+        self._holding = True
 
     def synchronize(self, pods: Iterable[api.PodSandbox], containers: Iterable[api.Container]) -> None:
         """Everything the runtime has now; what we knew before is forgotten. Deferred
@@ -146,7 +155,9 @@ class NriRuntime:
         self._carry.update({cid: u for cid, u in deferred.items() if cid in self.containers})
 
     def release_deferred(self) -> list[api.ContainerUpdate]:
-        """No Synchronize came: the deferred updates, to send with UpdateContainers."""
+        """No Synchronize came: the deferred updates, to send with UpdateContainers;
+        later ones of containers the view has not heard of are sent at once."""
+        self._holding = False
         deferred, self._deferred = self._deferred, {}
         return list(deferred.values())
 
@@ -187,6 +198,11 @@ class NriRuntime:
 
     def collected(self) -> list[api.ContainerUpdate]:
         updates, self._collecting = self._collecting, None
+        after, self._after_hook = self._after_hook, {}
+        if after:
+            task = asyncio.ensure_future(self.push(list(after.values())))
+            self._pushing.add(task)
+            task.add_done_callback(self._pushing.discard)
         return list(updates.values()) if updates else []
 
     async def _update(self, request: pb.UpdateContainerResourcesRequest) -> pb.UpdateContainerResourcesResponse:
@@ -195,11 +211,23 @@ class NriRuntime:
         if cid not in self.containers:
             if self.listing_complete:
                 raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {cid} is not known to the runtime")
-            self._deferred[cid] = update  # the runtime may well have it: see `synchronize`
-            return pb.UpdateContainerResourcesResponse()
+            if self._holding:
+                self._deferred[cid] = update  # the runtime may well have it: see `synchronize`
+                return pb.UpdateContainerResourcesResponse()
+            # No Synchronize is coming: sent alone, as the runtime may have it, never in a
+            # hook's reply (one it does not have could fail the runtime's call); during a
+            # hook, right after its reply, as a late decision's are (hooks.Hooks._late).
+            if self._collecting is not None:
+                self._after_hook[cid] = update
+                return pb.UpdateContainerResourcesResponse()
+            return await self._send_alone(cid, update, grpc.StatusCode.NOT_FOUND)
         if self._collecting is not None:
             self._collecting[cid] = update
             return pb.UpdateContainerResourcesResponse()
+        return await self._send_alone(cid, update, grpc.StatusCode.UNKNOWN)
+
+    async def _send_alone(self, cid: str, update: api.ContainerUpdate,
+                          failed_code: grpc.StatusCode) -> pb.UpdateContainerResourcesResponse:
         if self._send is None:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, "not connected to the runtime's NRI socket")
         try:
@@ -207,7 +235,7 @@ class NriRuntime:
         except Exception as e:  # the ttRPC call's failure, as the engine understands one
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"UpdateContainers: {e}") from None
         if failed:
-            raise rpc_error(grpc.StatusCode.UNKNOWN, f"the runtime failed to update container {cid}")
+            raise rpc_error(failed_code, f"the runtime failed to update container {cid}")
         return pb.UpdateContainerResourcesResponse()
 
     async def push(self, updates: list[api.ContainerUpdate]) -> None:

@@ -17,15 +17,20 @@ from cri_resmgr.topology.cpuset import CPUSet
 ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
 # Annotations whose key contains this are kept on a Workload (and in the state file).
 ANNOTATION_DOMAIN = "cri-resource-manager.intel.com"
+# nri-plugins' domain for the same annotations (`balloon.balloons.resource-policy.nri.io`,
+# `prefer-shared-cpus.resource-policy.nri.io/container.C`, `resource-policy.nri.io/affinity`).
+NRI_ANNOTATION_DOMAIN = "resource-policy.nri.io"
+ANNOTATION_DOMAINS = (ANNOTATION_DOMAIN, NRI_ANNOTATION_DOMAIN)
 
 
 def annotation_keys(key: str, container: str) -> tuple[str, ...]:
     """The keys that may carry annotation `key` for `container`, first found wins: the
-    container's own, then the pod's, then the plain key, each in both forms the references
+    container's own, then the pod's, then the plain key, each in the forms the references
     use: `cri-resource-manager.intel.com/NAME[/container.C|/pod]` and
     `NAME.cri-resource-manager.intel.com[/container.C|/pod]` (CRI Resource Manager's own
-    form; balloon.balloons... has only this one). `key` may be given in either form; a key
-    outside the domain is looked up as it is."""
+    form; balloon.balloons... has only this one), then the same two in nri-plugins' domain
+    `resource-policy.nri.io`. `key` may be given in either form of our domain; a key
+    outside it is looked up as it is."""
     suffix = "." + ANNOTATION_DOMAIN
     if key.startswith(ANNOTATION_PREFIX):
         name = key[len(ANNOTATION_PREFIX):]
@@ -33,9 +38,10 @@ def annotation_keys(key: str, container: str) -> tuple[str, ...]:
         name = key[:-len(suffix)]
     else:
         return (f"{key}/container.{container}", f"{key}/pod", key)
-    bases = (ANNOTATION_PREFIX + name, name + suffix)
+    bases = [ANNOTATION_PREFIX + name, name + suffix]
     if key.endswith(suffix):
         bases = bases[::-1]
+    bases += [f"{NRI_ANNOTATION_DOMAIN}/{name}", f"{name}.{NRI_ANNOTATION_DOMAIN}"]
     return tuple(f"{base}{scope}" for scope in (f"/container.{container}", "/pod", "") for base in bases)
 
 

@@ -21,13 +21,15 @@ ADDRESS = flags.text("address", "HOST:PORT", "The relay's -metrics-address, wher
                      "(':PORT' is 127.0.0.1:PORT).", DEFAULT_ADDRESS)
 OUTPUT = flags.choice("o", "Output: a text picture (colour on a terminal unless NO_COLOR is set), the raw JSON, "
                       "or an SVG image.", ("text", "json", "svg"), "text")
+SAVED = flags.text("state", "FILE", "Draw a saved /state document (what `cri-resmgr status -o json` wrote) "
+                   "instead of asking a relay: for a bug report, or a node you cannot reach.", None)
 COMMAND = flags.Command(
     "cri-resmgr status",
     "Show what the running relay decided: the machine as packages > NUMA nodes > cores > threads, each CPU "
     "marked with who holds it (an exclusive container's short name; shared, reserved, isolated, idle), the "
     "pools, and every container with its pool, CPUs and mems. A FILE argument (after the flags) receives the "
     "output instead of stdout.",
-    (ADDRESS, OUTPUT),
+    (ADDRESS, OUTPUT, SAVED),
 )
 
 
@@ -73,11 +75,26 @@ def fetch(address: str, timeout: float = 5.0) -> dict[str, Any]:
                                  "give that with -address") from None
 
 
+def load(path: str) -> dict[str, Any]:
+    """A saved /state document; raises CommandError naming the file and what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise flags.CommandError(f"cannot read {path}: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:
+        raise flags.CommandError(f"{path} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise flags.CommandError(f"{path} is not a cri-resmgr state document (a JSON object)")
+    return doc
+
+
 def _status(values: flags.Values, file: str | None) -> int:
     address = values[ADDRESS]
     if not address.rpartition(":")[2].isdigit():
         raise flags.UsageError(f"invalid value for -address: {address!r}: expected HOST:PORT (or :PORT)")
-    doc = fetch(address)
+    saved = values[SAVED]
+    doc = fetch(address) if saved is None else load(saved)
     out = render(doc, values[OUTPUT], colour=file is None and _colour_wanted())
     if file is None:
         sys.stdout.write(out)

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
+
+from cri_resmgr import __version__
 
 WAIT = 5.0  # seconds /state waits for the event loop
 
@@ -36,7 +41,12 @@ def on_loop(engine: Introspectable, loop: asyncio.AbstractEventLoop) -> Callable
             return _error(f"no answer from the relay's event loop within {WAIT:.0f}s")
         except RuntimeError as e:  # the loop is closed: shutting down
             return _error(f"shutting down: {e}")
-        return "200 OK", (json.dumps(snap.to_document(), indent=1) + "\n").encode()
+        doc = snap.to_document()
+        # What a picture in a bug report must say: which node, when, which build.
+        doc["node"] = os.environ.get("NODE_NAME") or socket.gethostname()
+        doc["taken_at"] = time.time()
+        doc["relay_version"] = __version__
+        return "200 OK", (json.dumps(doc, indent=1) + "\n").encode()
 
     return state
 

@@ -20,6 +20,8 @@ CLASS_HEADERS = ("BLOCKIO", "RDT")
 def render(view: View, colour: bool = False) -> str:
     lines = [f"Policy {view.policy}" + (" (dry run: decided, not applied)" if view.dry_run else "") +
              f", configuration from {view.source}"]
+    if view.stamp:
+        lines.append(f"({view.stamp})")
     if view.reload:
         lines.append(view.reload)
     if not view.machine:

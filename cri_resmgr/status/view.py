@@ -90,6 +90,7 @@ class View:
     containers: tuple[Row, ...]
     pool_table: tuple[PoolRow, ...] = ()  # only when some pool has a kind (balloons, a pool tree)
     reload: str = ""  # the last configuration tried, as a line ("" in documents from before it was kept)
+    stamp: str = ""  # node, time and relay version: `node n1, 2026-11-27 14:50:01 UTC, cri-resmgr 0.1.0`
 
 
 def build(doc: Mapping[str, Any]) -> View:
@@ -116,7 +117,14 @@ def build(doc: Mapping[str, Any]) -> View:
     return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
                 machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
                 containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()),
-                reload=_reload(doc.get("reload")))
+                reload=_reload(doc.get("reload")), stamp=_stamp(doc))
+
+
+def _stamp(doc: Mapping[str, Any]) -> str:
+    parts = [f"node {doc['node']}" if doc.get("node") else "",
+             utc(doc["taken_at"]) if isinstance(doc.get("taken_at"), (int, float)) else "",
+             f"cri-resmgr {doc['relay_version']}" if doc.get("relay_version") else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _reload(r: Mapping[str, Any] | None) -> str:

@@ -78,16 +78,16 @@ def test_probe_follows_readiness(kubeapi, relay, make_agent, wait):
     agent = make_agent()
     address = agent.health_server.address
     wait(lambda: "bogus" in agent.readiness.get()[1], "the rejection")
-    rejected = run_agent("-probe", "-health-address", address)
+    rejected = run_agent("-probe", "-metrics-address", address)
     assert rejected.returncode == 1 and 'unknown configuration module "bogus"' in rejected.stderr
     kubeapi.put_configmap(NS, "cri-resmgr-config.default", {"policy": "Active: x\n"})
     wait(lambda: agent.readiness.get()[0], "readiness")
-    accepted = run_agent("-probe", "-health-address", address)
+    accepted = run_agent("-probe", "-metrics-address", address)
     assert accepted.returncode == 0 and "cri-resmgr-config.default in force" in accepted.stdout
 
 
 def test_probe_without_agent_fails(sockdir):
-    result = run_agent("-probe", "-health-address", f"127.0.0.1:{free_port()}")
+    result = run_agent("-probe", "-metrics-address", f"127.0.0.1:{free_port()}")
     assert result.returncode == 1 and "agent not reachable" in result.stderr
 
 
@@ -99,7 +99,7 @@ def test_the_command_configures_the_relay_and_stops_on_sigterm(kubeapi, kubeconf
     proc = subprocess.Popen(
         [sys.executable, "-m", "cri_resmgr_agent", "-kubeconfig", kubeconfig,
          "--config-socket", relay.socket_path, "-agent-socket", os.path.join(sockdir, "agent.sock"),
-         "-health-address", f"127.0.0.1:{free_port()}"],
+         "-metrics-address", f"127.0.0.1:{free_port()}"],
         env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait(lambda: relay.applier.config == {"policy": "Active: from-group\n"}, "the pushed configuration")
@@ -117,6 +117,28 @@ def test_busy_health_address_is_named(kubeconfig, sockdir):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         address = f"127.0.0.1:{busy.getsockname()[1]}"
-        result = run_agent("-kubeconfig", kubeconfig, "-health-address", address,
+        result = run_agent("-kubeconfig", kubeconfig, "-metrics-address", address,
                            "-agent-socket", os.path.join(sockdir, "a.sock"), env={"NODE_NAME": "n1"})
     assert result.returncode == 1 and f"cannot serve readiness on {address}" in result.stderr
+
+
+def test_the_old_flag_name_still_works_with_one_deprecation_line(sockdir):
+    """Issue 29: one set of flag names across relay, plugin, agent and webhook: the agent's
+    -health-address is now -metrics-address, as the relay's; the old name keeps working."""
+    address = f"127.0.0.1:{free_port()}"
+    old = run_agent("-probe", "-health-address", address)
+    new = run_agent("-probe", "-metrics-address", address)
+    assert old.returncode == new.returncode == 1
+    assert old.stderr == "cri-resmgr-agent: warning: -health-address is deprecated: use -metrics-address\n" + \
+        new.stderr
+    assert "Deprecated: use -metrics-address" in run_agent("-help").stdout
+
+
+def test_logger_debug_is_the_relays_debug_switch_on_the_agent_and_the_webhook():
+    from cri_resmgr_agent.cli import COMMAND as AGENT
+    from cri_resmgr_agent.cli import LOGGER_DEBUG as AGENT_DEBUG
+    from cri_resmgr_webhook.cli import COMMAND as WEBHOOK
+    from cri_resmgr_webhook.cli import LOGGER_DEBUG as WEBHOOK_DEBUG
+
+    assert AGENT.parse(["-logger-debug"])[AGENT_DEBUG] is True
+    assert WEBHOOK.parse(["-logger-debug", "-cert-file", "c", "-key-file", "k"])[WEBHOOK_DEBUG] is True

@@ -90,7 +90,7 @@ def format_result(result: dict[str, Any]) -> str:
             rows.append([name, what, s["n"], s["wall_p50_ms"] * 1e3, s["wall_p99_ms"] * 1e3, s["cpu_p50_ms"] * 1e3,
                          s["cpu_p99_ms"] * 1e3, s["wall_max_ms"] * 1e3])
     head = (f"decisions on {result['cpus']} sparse CPUs ({result['shape']}), {result['containers']} containers "
-            f"created (~{LIVE} alive), checker after every call (times in us)")
+            f"created (at most {LIVE} alive at a time), checker after every call (times in us)")
     lines = [head, format_table(["policy", "what", "n", "wall p50", "wall p99", "cpu p50", "cpu p99", "wall max"],
                                 rows)]
     lines += [f"{name}: {r['cpu_s']}s CPU for the run, {r['alive']} alive at the end, "

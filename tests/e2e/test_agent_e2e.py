@@ -35,7 +35,7 @@ class AgentProcess:
         self.log_path = workdir / "agent.log"
         self.cmd = [sys.executable, "-m", "cri_resmgr_agent", "-kubeconfig", kubeconfig,
                     "-config-socket", relay.config_socket, "-agent-socket", str(workdir / "agent.sock"),
-                    "-health-address", "127.0.0.1:0"]
+                    "-metrics-address", "127.0.0.1:0"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> AgentProcess:

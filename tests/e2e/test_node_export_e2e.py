@@ -42,7 +42,7 @@ def _agent(workdir: Path, kubeconfig: str, relay: RelayProcess, socket: str) -> 
     log = open(workdir / "agent.log", "ab")  # noqa: SIM115 - the process holds it
     return subprocess.Popen([sys.executable, "-m", "cri_resmgr_agent", "-kubeconfig", kubeconfig,
                              "-config-socket", relay.config_socket, "-agent-socket", socket,
-                             "-health-address", "127.0.0.1:0"],
+                             "-metrics-address", "127.0.0.1:0"],
                             env={**os.environ, "NODE_NAME": "node1"}, stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log)
 

@@ -26,6 +26,9 @@ class FakeCRI:
         self.containers: dict[str, dict] = {}  # id -> {pod, name, state, resources}
         self.updates = 0
         self.fail_updates = 0  # fail this many UpdateContainerResources with UNAVAILABLE
+        # Awaited by each UpdateContainerResources before it answers (a test does something
+        # meanwhile); a true result refuses the update with UNAVAILABLE.
+        self.update_gate = None
         self.pids: dict[str, int] = {}  # id -> the "pid" a verbose ContainerStatus gives
         self._ids = itertools.count(1)
         # Called with (container id, pid, cgroups path) as a container starts: tests build its cgroup there.
@@ -170,6 +173,8 @@ class _Handlers(grpc.GenericRpcHandler):
                                                                     metadata=c["metadata"]), info=info)
 
     async def update(self, req, ctx):
+        if self.f.update_gate is not None and await self.f.update_gate(req):
+            await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: update refused")
         if self.f.fail_updates > 0:
             self.f.fail_updates -= 1
             await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: runtime busy")

@@ -204,6 +204,20 @@ def test_unknown_class_is_warned_once_and_the_container_starts(node_factory, cap
     assert n.ctl.stats().classes.unknown == 1
 
 
+
+def test_unknown_class_warnings_are_forgotten_with_the_container(node_factory, caplog):
+    """One warning per container: a node's churn of such pods does not grow the set for ever."""
+    n = node_factory(RDT)
+    caplog.set_level(logging.WARNING, logger="cri_resmgr")
+    for i in range(3):
+        started = n.kubelet.start_pod(pod(f"odd{i}", {RDT_CLASS: f"gold{i}"}))
+        n.kubelet.stop_pod(started.sandbox_id)
+        n.kubelet.remove_pod(started.sandbox_id)
+    n.loop.run(n.ctl.reconcile())
+    assert sum("is not in the configuration" in r.getMessage() for r in caplog.records) == 3
+    assert n.ctl.stats().classes.unknown == 3
+    assert n.ctl._classes._unknown_warned == {}  # nothing kept of the containers gone
+
 def test_no_resctrl_one_warning_and_everything_else_works(node_factory, caplog):
     caplog.set_level(logging.WARNING, logger="cri_resmgr")
     n = node_factory(RDT, with_resctrl=False)

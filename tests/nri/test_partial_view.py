@@ -7,6 +7,7 @@ Synchronize comes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from cri_resmgr._proto import nri_api_pb2 as api
@@ -24,7 +25,7 @@ from tests.nri.runtime_double import container, guaranteed, pod
 class Plugin:
     """What app.run wires, minus the connection: the runtime's calls are made directly."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, grace: float = 3600):
         config = workdir / "config.yaml"
         config.write_text(STATIC)
         settings = Settings(policy="static", force_config=str(config), state_dir=str(workdir / "state"),
@@ -35,7 +36,7 @@ class Plugin:
         self.hooks = Hooks(self.runtime, lambda: self.controller.flush())
         self.controller = Controller(settings.engine(), default_registry(), self.hooks, self.runtime,
                                      lambda *a: None)  # type: ignore[arg-type,return-value]
-        self.sync = app.Synchronizer(self.controller, self.runtime, lambda why: None, grace=3600)
+        self.sync = app.Synchronizer(self.controller, self.runtime, lambda why: None, grace=grace)
         self.hooks.on_configure, self.hooks.on_synchronize = self.sync.configured, self.sync
         self.hooks.on_unknown = self.sync.adopt_soon
 
@@ -82,6 +83,65 @@ def test_restart_without_synchronize_keeps_the_saved_state_and_a_later_one_recon
         assert CPUSet.parse(placed["a1"]) == CPUSet.parse("0-7")
         assert "g1" not in placed and second.sent == []
         assert not any(k.startswith("g:") for k in second.controller.active_policy().assignments())  # type: ignore[union-attr]
+        await second.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_synchronize_during_a_slow_activation_waits_for_it_and_applies_once(workdir: Path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="cri_resmgr.nri.app")
+
+    async def scenario() -> None:
+        plugin = Plugin(workdir)
+        applied = []
+        apply = plugin.controller.apply
+
+        async def slow_apply(config):  # type: ignore[no-untyped-def]
+            applied.append(config.source)
+            await asyncio.sleep(0.2)  # longer than Configure may take (75% of 10 ms)
+            await apply(config)
+
+        plugin.controller.apply = slow_apply  # type: ignore[method-assign]
+        await plugin.hooks.configure(api.ConfigureRequest(request_timeout=10))
+        assert plugin.controller.config is None  # Configure answered, the activation goes on
+        plugin.hooks.request_timeout = 10.0  # the Synchronize may wait for it
+        placed = await plugin.synchronize([pod("g", "guaranteed")], [guaranteed("g1", "g", 2)])
+        assert len(CPUSet.parse(placed["g1"])) == 2  # after the activation it waited for
+        assert len(applied) == 1
+        await plugin.close()
+
+    asyncio.run(scenario())
+    assert sum("active (" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_after_the_grace_without_synchronize_updates_of_unheard_containers_are_sent(workdir: Path) -> None:
+    """No Synchronize ever (a plugin containerd 1.7 launched): once the grace is over, an
+    update of a container the view has not heard of (it ran before the plugin) is sent
+    with UpdateContainers like the held ones were, not held for a Synchronize that will
+    not come: else it would keep running on CPUs a new container was just given."""
+    pods = [pod("p1", "burstable"), pod("g", "guaranteed")]
+    a1, g1 = container("a1", "p1", milli_cpu=500), guaranteed("g1", "g", 2)
+
+    async def scenario() -> None:
+        first = Plugin(workdir)
+        await first.configure()
+        await first.synchronize(pods, [a1, g1])
+        await first.close()
+
+        second = Plugin(workdir, grace=0.05)
+        await second.configure()
+        for _ in range(100):
+            if not second.runtime._deferred and second.sent:
+                break
+            await asyncio.sleep(0.02)
+        second.sent.clear()  # what the grace released: the restore's updates
+        reply = await second.hooks.create_container(api.CreateContainerRequest(
+            pod=pods[1], container=guaranteed("g2", "g", 2)))
+        mine = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert len(mine) == 2
+        await second.controller.flush()
+        told = {u.container_id: CPUSet.parse(u.linux.resources.cpu.cpus) for u in [*second.sent, *reply.update]}
+        assert "a1" in told and not (told["a1"] & mine)  # a1 left g2's CPUs
         await second.close()
 
     asyncio.run(scenario())

@@ -8,8 +8,9 @@ import pytest
 from balloons_sim import cores, nodes, real_machine, run
 
 from cri_resmgr.simulate.shape import topology_of
-from cri_resmgr.topology import Topology
+from cri_resmgr.topology import Topology, discover
 from cri_resmgr.topology.cpuset import CPUSet
+from tests.harness.sysfs import generate
 
 # 2 sockets x 2 nodes x 4 cores x 2 threads, Xeon-like ids: node 0 = 0-3,16-19, node 1 =
 # 4-7,20-23 (distance 11), nodes 2, 3 on the other socket (distance 21); sibling of N is N+16.
@@ -150,3 +151,14 @@ def test_allocator_topology_balancing_spreads_new_balloons_or_packs_them(balance
     assert len(set().union(*(nodes(topo, c) for c in placed))) == expected_nodes
     if not balance:  # packed: the reserved CPU's node first, on its free core, not beside the reserved CPU
         assert nodes(topo, placed[0]) == {0} and not placed[0] & beside_reserved(topo, CPUSet("0"))
+
+
+def test_the_kernels_isolated_cpus_are_the_last_a_balloon_takes(tmp_path):
+    generate(tmp_path, sockets=1, cores_per_die=4, threads_per_core=2, isolated=[2, 3])  # core 2/3
+    topo = discover(tmp_path)
+    assert topo.isolated == CPUSet("2-3")
+    # CPU 0 reserved: 1 shares its core, 2-3 are isolated; 4-7 are taken first
+    _, at = run(CONFIG, pods("grow", 4, "1"), topo)
+    assert at["p0:c"].cpus == CPUSet("4-7")
+    _, at = run(CONFIG, pods("grow", 7, "1"), topo)  # all of them: the isolated ones too
+    assert at["p0:c"].cpus == CPUSet("1-7")

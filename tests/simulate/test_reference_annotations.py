@@ -47,10 +47,12 @@ GUARANTEED = "{requests: {cpu: 2, memory: 1Gi}, limits: {cpu: 2, memory: 1Gi}}"
 
 def test_key_forms_are_looked_up_container_first_in_both_forms():
     keys = annotation_keys("cri-resource-manager.intel.com/memory-type", "db")
-    assert keys == ("cri-resource-manager.intel.com/memory-type/container.db",
-                    "memory-type.cri-resource-manager.intel.com/container.db",
-                    "cri-resource-manager.intel.com/memory-type/pod", "memory-type.cri-resource-manager.intel.com/pod",
-                    "cri-resource-manager.intel.com/memory-type", "memory-type.cri-resource-manager.intel.com")
+    assert keys[:2] == ("cri-resource-manager.intel.com/memory-type/container.db",
+                        "memory-type.cri-resource-manager.intel.com/container.db")
+    assert keys[2:4] == ("resource-policy.nri.io/memory-type/container.db",
+                         "memory-type.resource-policy.nri.io/container.db")
+    assert keys[4:6] == ("cri-resource-manager.intel.com/memory-type/pod", "memory-type.cri-resource-manager.intel.com/pod")
+    assert keys[-1] == "memory-type.resource-policy.nri.io" and len(keys) == 12
     assert annotation_keys("balloon.balloons.cri-resource-manager.intel.com", "c")[0] == \
         "balloon.balloons.cri-resource-manager.intel.com/container.c"
 
@@ -82,6 +84,19 @@ def test_the_per_container_object_form_of_a_boolean():
         parse_bool_for("{c1: maybe}", "c1")
     with pytest.raises(ValueError):
         parse_bool_for("{not yaml", "c1")
+
+
+def test_nri_plugins_annotation_domain():
+    extra = ("  balloons:\n    BalloonTypes:\n      - {Name: fast, MinCPUs: 1}\n      - {Name: slow, MinCPUs: 1}\n")
+    pods = """
+    - name: p
+      annotations:
+        balloon.balloons.resource-policy.nri.io/pod: slow
+        balloon.balloons.resource-policy.nri.io/container.c1: fast
+      containers: [{name: c0}, {name: c1}]
+    """
+    at = placed(run("balloons", pods, "1s/4c/2t", extra))
+    assert at["p:c0"][0] == "slow[0]" and at["p:c1"][0] == "fast[0]"
 
 
 def test_balloon_type_per_container_in_the_reference_form():

@@ -9,13 +9,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cri_resmgr import health
+from cri_resmgr import __version__, health
 from cri_resmgr.engine.snapshot import EngineState
 from cri_resmgr.status import endpoint
 from tests.status.statekit import engine_state
@@ -66,7 +67,10 @@ def test_state_is_the_snapshot_as_json(relay_like):
     port, engine, _ = relay_like
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=5) as r:
         assert r.status == 200 and r.headers["Content-Type"] == "application/json"
-        assert json.load(r) == engine_state().to_document()
+        doc = json.load(r)
+    stamp = {k: doc.pop(k) for k in ("node", "taken_at", "relay_version")}  # which node, when, which build
+    assert doc == engine_state().to_document()
+    assert stamp["node"] and stamp["relay_version"] == __version__ and abs(stamp["taken_at"] - time.time()) < 600
     assert engine.calls == 1
 
 
@@ -104,10 +108,34 @@ def test_status_command_text_json_and_svg_file(relay_like, tmp_path):
     assert text.returncode == 0, text.stderr
     assert "CPU 6 postgres  CPU 7 postgres" in text.stdout and "\x1b[" not in text.stdout  # not a TTY
     raw = _status("-address", f"127.0.0.1:{port}", "-o", "json")
-    assert json.loads(raw.stdout) == engine_state().to_document()
+    saved = json.loads(raw.stdout)
+    assert {k: v for k, v in saved.items() if k not in ("node", "taken_at", "relay_version")} == \
+        engine_state().to_document()
     out = tmp_path / "node.svg"
     svg = _status("-o", "svg", str(out), "-address", f":{port}")
     assert svg.returncode == 0 and svg.stdout == "" and out.read_text().startswith("<svg ")
+    # A saved /state drawn without a server: the same picture, node and version in the corner.
+    (tmp_path / "state.json").write_text(raw.stdout)
+    again = _status("-state", str(tmp_path / "state.json"), "-address", f":{_free_port()}")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.replace(_stamp_line(again.stdout), "") == text.stdout.replace(_stamp_line(text.stdout), "")
+    assert f"cri-resmgr {__version__}" in _stamp_line(again.stdout) and "UTC" in _stamp_line(again.stdout)
+    drawn = _status("-state", str(tmp_path / "state.json"), "-o", "svg")
+    assert drawn.returncode == 0 and f"cri-resmgr {__version__}" in drawn.stdout and 'text-anchor="end"' in drawn.stdout
+
+
+def _stamp_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("(node "))
+
+
+def test_status_of_a_saved_file_that_is_not_one_is_one_line(tmp_path):
+    (tmp_path / "x.json").write_text("{not json")
+    bad = _status("-state", str(tmp_path / "x.json"))
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "x.json is not JSON" in bad.stderr
+    missing = _status("-state", str(tmp_path / "none.json"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr and "none.json" in missing.stderr
+    (tmp_path / "list.json").write_text("[]")
+    assert "not a cri-resmgr state document" in _status("-state", str(tmp_path / "list.json")).stderr
 
 
 def test_status_command_errors_are_one_line():

@@ -7,7 +7,6 @@ in node 0, nodes nested in packages, an orphan CPU adopted by node 0).
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -169,16 +168,15 @@ def test_memory_tiers(tmp_path):
     assert topo.closest_memory_only_nodes(0) == (4,)
 
 
-def test_4096_sparse_cpus_are_cheap(tmp_path):
+def test_4096_sparse_cpus_are_discovered(tmp_path):
+    # How long discovery takes is make bench's (section allocator), not a test's to assert.
     # tmpfs when there is one: writing 50k files on a slow disk takes tens of seconds.
     root = tmp_path
     if SHM.is_dir() and SHM.stat().st_mode & 0o002:
         root = Path(tempfile.mkdtemp(dir=SHM))
     try:
         m = write_machine(root, classes.sparse_4096())
-        start = time.perf_counter()
         topo = discover(root)
-        elapsed = time.perf_counter() - start
     finally:
         if root != tmp_path:
             shutil.rmtree(root)
@@ -186,5 +184,3 @@ def test_4096_sparse_cpus_are_cheap(tmp_path):
     assert len(topo.online) == 4096 and topo.online.max() == 7679
     assert topo.node_ids() == tuple(range(0, 16, 2))
     assert len(topo.groups("l3")) == 256 and len(topo.groups("core")) == 2048
-    # About 0.2 s on a 2-CPU VM; the bound leaves room for loaded test machines.
-    assert elapsed < 2.0, elapsed

@@ -1,7 +1,8 @@
 """The balloons policy: named CPU pools ("balloon types") that inflate and deflate with
 the CPU requests of their containers. types.py (configuration), assign.py (which type,
 which balloon), sizing.py (inflate near, deflate compact), idle.py (ShareIdleCPUsInSame),
-book.py (balloons and free CPUs), restore.py, policy.py (the decisions)."""
+book.py (balloons and free CPUs), isolation.py (dedicated balloons), restore.py,
+policy.py (the decisions)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ class Book:
         self.balloons: dict[str, Balloon] = {}
         self.by_type: dict[str, list[Balloon]] = {t.name: [] for t in config.types}
         self.member: dict[str, Balloon] = {}
+        self.fallback: set[str] = set()  # members placed best-effort in a balloon not of their type
         self.free = assignable
 
     def clear(self) -> None:
@@ -40,6 +41,7 @@ class Book:
         for lst in self.by_type.values():
             lst.clear()
         self.member.clear()
+        self.fallback.clear()
         self.free = self.assignable
         if self.reserved:
             self.balloons_add(Balloon(self.config.reserved, 0, cpus=self.reserved))

@@ -45,6 +45,8 @@ class BalloonsPolicy:
             raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
                                    "reserved; none left for balloons")
         self._topology = context.topology
+        self._restoring = False
+        self._moved: tuple[set[Balloon], list[str]] = (set(), [])
         self._book = Book(self._config, Nearness(context.topology, reserved), assignable, reserved)
         self._check_minimums()
         self._book.clear()
@@ -87,10 +89,12 @@ class BalloonsPolicy:
             raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
         old_free = book.free
         t, warning = type_for(self._config, workload, bool(book.reserved))
-        self._moved: tuple[set[Balloon], list[str]] = (set(), [])
+        self._moved = (set(), [])
         b, short = self._choose(t, workload)
         b.join(workload)
         book.member[workload.key] = b
+        if b.type is not t:
+            book.fallback.add(workload.key)  # in another type's balloon (default): kept there on restore
         lacking = book.resize(b)
         if lacking and dedicated_balloon(b):  # the pod's own balloon must grow: make room
             self._make_room(lacking, b)
@@ -110,6 +114,8 @@ class BalloonsPolicy:
     def _make_room(self, units: int, keep: Balloon | None = None) -> None:
         """Move CPUs of balloons that are not dedicated to free, for a dedicated container
         (isolation.py); what moved is kept for the decision."""
+        if self._restoring:
+            return  # a restart or reconfiguration moves nothing that was not moved before
         changed, notes = reclaim(self._book, units, keep)
         self._moved[0].update(changed)
         self._moved[1].extend(notes)
@@ -188,6 +194,7 @@ class BalloonsPolicy:
             return Decision()
         old_free = book.free
         b.leave(key)
+        book.fallback.discard(key)
         changed = {b}
         if not b.members and not book.is_fixed(b) and len(book.by_type[b.type.name]) > b.type.min_balloons:
             book.remove_balloon(b)
@@ -206,7 +213,11 @@ class BalloonsPolicy:
     # -- restoring -------------------------------------------------------------------------------
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
-        return restore(self, items, live)
+        self._restoring = True
+        try:
+            return restore(self, items, live)
+        finally:
+            self._restoring = False
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -216,14 +227,19 @@ class BalloonsPolicy:
 
     def assignment(self, key: str) -> Assignment | None:
         b = self._book.member.get(key)
-        return None if b is None else self._assignment(b)
+        return None if b is None else self._assignment(b, key in self._book.fallback)
 
     def assignments(self) -> Mapping[str, Assignment]:
         out: dict[str, Assignment] = {}
+        fallback = self._book.fallback
         for b in self._book.balloons.values():
             if b.members:
                 a = self._assignment(b)
                 out.update(dict.fromkeys(b.members, a))
+        for key in fallback:
+            held = self._book.member.get(key)
+            if held is not None:
+                out[key] = self._assignment(held, True)
         return out
 
     def balloons(self) -> tuple[Balloon, ...]:
@@ -274,8 +290,10 @@ class BalloonsPolicy:
         return CPUSet()
 
 
-    def _assignment(self, b: Balloon) -> Assignment:
+    def _assignment(self, b: Balloon, fallback: bool = False) -> Assignment:
         details: dict[str, object] = {"balloon": b.name, "type": b.type.name, "cpus": str(b.cpus)}
         if self._book.short(b):
             details["short"] = True  # placed best-effort: not enough CPUs for its requests
+        if fallback:
+            details["fallback"] = True  # best-effort in a balloon not of its type
         return Assignment(pool=b.name, exclusive=self._exclusive(b), details=details)

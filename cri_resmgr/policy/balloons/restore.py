@@ -66,6 +66,9 @@ def restore(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | Non
         if t.name == RESERVED:
             _join(book.by_type[RESERVED][0], w, book)
             continue
+        fallback = saved is not None and a is not None and bool(a.details.get("fallback"))
+        if fallback and saved is not None and saved[0] == DEFAULT and t.name != DEFAULT:
+            t = config.default  # placed there best-effort when its type had no room: it stays
         if saved is None or saved[0] != t.name:
             pending.append(w)
             continue
@@ -83,6 +86,8 @@ def restore(policy: BalloonsPolicy, items: list[tuple[Workload, Assignment | Non
             pending.append(w)
             continue
         _join(rebuilt[name][0], w, book)
+        if fallback:
+            book.fallback.add(w.key)
     # Shrink first, so that CPUs given back are there for the balloons that must grow.
     warnings: list[str] = []
     for b in list(book.balloons.values()):

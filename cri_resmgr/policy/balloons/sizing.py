@@ -3,7 +3,8 @@
 Inflating takes CPUs as close to the balloon's current ones as the free set
 allows: its own NUMA nodes (its cores, L3 group, die first), then the other
 nodes by distance; within each, whole cores before stray threads beside other
-balloons, and threads beside the reserved CPUs only when nothing else is left
+balloons, and threads beside the reserved CPUs (and the kernel's isolated CPUs)
+only when nothing else is left
 (Nearness.inflate). A new balloon starts in the node AllocatorTopologyBalancing
 picks (start_node); PreferSpreadOnPhysicalCores takes one thread of each core
 first. Deflating gives back the
@@ -51,10 +52,12 @@ class Nearness:
                     of[cpu] = group
             self._group_of[level] = of
         self.core_of = self._group_of["core"]
-        # Threads that share a core with a reserved CPU: balloons take them last.
+        # Threads that share a core with a reserved CPU, and the kernel's isolated CPUs
+        # (isolcpus: no load balancing, a balloon's threads would not spread onto them):
+        # balloons take them last.
         reserved = reserved or CPUSet()
-        self.beside_reserved = frozenset(
-            c for r in reserved for c in self.core_of.get(r, CPUSet([r])) if c not in reserved)
+        beside = {c for r in reserved for c in self.core_of.get(r, CPUSet([r])) if c not in reserved}
+        self.beside_reserved = frozenset(beside | (topology.isolated - reserved).as_frozenset())
         self._kinds: dict[str, CPUSet] = {}
         for kind in ("performance", "efficiency"):
             self._kinds[kind] = CPUSet(c for c, info in topology.cpus.items() if info.kind == kind)

@@ -93,7 +93,7 @@ def check_invariants(p: BalloonsPolicy, model: Model) -> None:
             own, lent = book.near.hide_hyperthreads(own), book.near.hide_hyperthreads(lent)
         visible = own | lent
         if not visible and b.members:
-            visible = book.reserved or book.assignable  # no CPU for it anywhere: best-effort
+            visible = book.reserved or book.free or book.assignable  # no CPU of its own: best-effort
         for key, w in b.members.items():
             t, _ = type_for(book.config, w, bool(book.reserved))
             # Its own type's balloon, or the default one when none of its type could be made.
@@ -117,7 +117,9 @@ def random_workload(rng: random.Random, key: str, pods: list[tuple[str, str]]) -
         ns, pod = rng.choice(NAMESPACES), f"pod-{key}"
         pods.append((ns, pod))
     cpu = rng.choice([0, 0, 100, 500, 1000, 1500, 2000, 3000, 4000])
-    kw = {}
+    kw: dict = {}
+    if cpu and rng.random() < 0.4:
+        kw["qos"] = QoS.GUARANTEED  # whole CPUs in a PreferNewBalloons type: dedicated
     if rng.random() < 0.15:
         kw["pod_annotations"] = {ANNOTATION: rng.choice(TYPES)}
     return wl(key, cpu, ns, pod=pod, labels={"app": rng.choice(["upf", "db", "web"])}, **kw)

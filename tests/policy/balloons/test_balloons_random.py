@@ -28,6 +28,11 @@ TYPES = {
          "ShareIdleCPUsInSame": "core", "MinCPUs": 2, "PinMemory": False},
         {"Name": "default", "MinBalloons": 2, "MaxBalloons": 3, "ShareIdleCPUsInSame": "numa"},
     ],
+    "dedicated": [
+        {"Name": "dedicated", "MatchExpressions": [{"key": "qosclass", "operator": "In", "values": ["Guaranteed"]}],
+         "PreferNewBalloons": True},
+        {"Name": "batch", "Namespaces": ["batch", "web"], "ShareIdleCPUsInSame": "numa", "MaxBalloons": 2},
+    ],
 }
 
 TOPOLOGIES = {

@@ -77,3 +77,25 @@ def test_pool_metrics_per_balloon():
     assert members["batch[0]"] == 1 and members["default[0]"] == 1
     cpus = {s.labels["pool"]: s.value for s in families["cri_resmgr_pool_cpus"].samples}
     assert cpus["dataplane[0]"] == len(p.balloon_of("k-upf").cpus)
+
+
+def test_svg_gives_each_balloon_its_colour_a_legend_and_the_pool_table():
+    """Issue 29: balloons were all drawn white; the picture gets a colour per pool or balloon, a
+    legend naming them, and the pool table under the containers."""
+    import xml.etree.ElementTree as ET
+
+    svg_ns = "{http://www.w3.org/2000/svg}"
+    _, _, _, state = _state()
+    root = ET.fromstring(command.render(state.to_document(), "svg"))
+    fill_of: dict[str, str] = {}
+    for g in root.iter(svg_ns + "g"):
+        title = g.find(svg_ns + "title").text  # "CPU 3: dataplane[0]"
+        fill_of[title.split(": ", 1)[1]] = g.find(svg_ns + "rect").get("fill")
+    balloon_fills = {label: fill for label, fill in fill_of.items() if "[" in label}
+    assert len(balloon_fills) >= 2, fill_of
+    assert len(set(balloon_fills.values())) == len(balloon_fills), balloon_fills  # one colour each
+    assert "#ffffff" not in balloon_fills.values()
+    texts = [t.text for t in root.iter(svg_ns + "text")]
+    for label in balloon_fills:  # each named in the legend, beside its swatch
+        assert texts.count(label) >= 1, label
+    assert "POOL" in texts and "REQUESTED" in texts and "dataplane" in texts  # the pool table
