@@ -329,9 +329,11 @@ def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
     if not isinstance(data, dict):
         return cgroups.Where()
     pid = data.get("pid")
-    linux = (data.get("runtimeSpec") or {}).get("linux") or {}
+    spec = data.get("runtimeSpec")
+    linux = spec.get("linux") if isinstance(spec, dict) else None
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    return cgroups.Where(pid=pid if isinstance(pid, int) else 0, cgroups_path=path if isinstance(path, str) else "")
+    return cgroups.Where(pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
+                         cgroups_path=path if isinstance(path, str) else "")
 
 
 class ClassesOnly:
@@ -370,7 +372,8 @@ class ClassesOnly:
         for record in self.cache:
             if record.id not in live:
                 self.cache.remove_container(record.key)
-        for pod_id in [p for p in self.cache.pods if p not in {c.pod_sandbox_id for c in live.values()}]:
+        live_pods = {c.pod_sandbox_id for c in live.values()}  # once: not per pod (P x C on each start)
+        for pod_id in [p for p in self.cache.pods if p not in live_pods]:
             self.cache.remove_pod(pod_id)
         unknown = [c for c in live.values() if self.cache.by_id(c.id) is None]
         if unknown:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.resize import refusal
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
@@ -337,8 +338,7 @@ class PoolPolicy:
             raise
         if decision.warning:
             self._put_back(key, old, shared_before)
-            # The placement's warning without where it would have run instead: it does not.
-            raise ResizeError(decision.warning.partition("; running it on")[0])
+            raise ResizeError(refusal(decision.warning))
         others.update(decision.others)
         others.pop(key, None)
         return Decision(decision.resources, others)

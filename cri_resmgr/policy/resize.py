@@ -15,7 +15,12 @@ from collections.abc import Callable
 
 from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, ResizeError, Workload
 
-__all__ = ["resize"]
+__all__ = ["resize", "refusal"]
+
+# How a placement warning goes on to say where the container runs instead ("...; running
+# it on the shared CPUs", "...; placed best-effort in dedicated[0] (...)"): true of a
+# create, not of a refused resize, which runs it nowhere else.
+_FALLBACK_CLAUSES = ("running it ", "placed best-effort ")
 
 
 def resize(policy: Policy, workload: Workload, placed: Callable[[], list[Workload]]) -> Decision:
@@ -40,7 +45,7 @@ def by_replacing(policy: Policy, workload: Workload, placed: list[Workload]) -> 
         raise
     if decision.warning:
         _put_back(policy, placed, before)
-        raise ResizeError(decision.warning)
+        raise ResizeError(refusal(decision.warning))
     others = {**released.others, **decision.others}
     others.pop(workload.key, None)
     return Decision(decision.resources, others)
@@ -49,3 +54,10 @@ def by_replacing(policy: Policy, workload: Workload, placed: list[Workload]) -> 
 def _put_back(policy: Policy, placed: list[Workload], before: dict[str, Assignment]) -> None:
     # Every assignment was valid a moment ago, so a restore keeps each one as it was.
     policy.restore([(w, before.get(w.key)) for w in placed], live=False)
+
+
+def refusal(warning: str) -> str:
+    """A placement's warning as the reason of a refused resize: what could not be given,
+    without the clauses that say where the container would have run instead."""
+    kept = [part for part in warning.split("; ") if not part.startswith(_FALLBACK_CLAUSES)]
+    return "; ".join(kept) or warning

@@ -70,7 +70,7 @@ def _spec_cpus(k: Kubelet, cid: str) -> str:
     return str(k.container_info(cid)["runtimeSpec"]["linux"]["resources"]["cpu"].get("cpus", ""))
 
 
-def _wait(what, check, timeout: float = 10.0):
+def _wait(what, check, timeout: float = 30.0):
     """Polls `check` until it returns a true value (bounded); fails with `what()`."""
     deadline = time.monotonic() + timeout
     while True:

@@ -121,6 +121,10 @@ def test_a_resize_that_cannot_be_met_changes_nothing(name, eight):
     with pytest.raises(ResizeError) as e:
         d.resize("g", 8000)  # 8 CPUs, one of them reserved
     assert "g" in str(e.value) or "8" in str(e.value)
+    # It names the container and what it asked, and not where a create would have run it
+    # instead: a refused resize runs it nowhere else, it keeps what it has.
+    assert "pod-g:g" in str(e.value) and ("8 exclusive" in str(e.value) or "8000m" in str(e.value))
+    assert "running it" not in str(e.value) and "best-effort" not in str(e.value), str(e.value)
     assert dict(d.policy.assignments()) == assignments
     assert {k: d.policy.resources(k) for k in d.workloads} == resources
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import POOL_RESERVED, checked_cpus
+from cri_resmgr.policy.resize import refusal
 from cri_resmgr.policy.topology_aware import restore as restoring
 from cri_resmgr.policy.topology_aware.affinity import AffinityIndex, pool_scores, reads_per_container
 from cri_resmgr.policy.topology_aware.book import Book, Member
@@ -119,7 +120,8 @@ class TopologyAwarePolicy:
         new = self._book.members[key]
         if len(new.exclusive) < new.request.exclusive or (new.overcommitted and not old.overcommitted):
             self._put_back(old)
-            raise ResizeError(decision.warning or f"{NAME}: {workload} ({key}) does not fit")
+            why = refusal(decision.warning) if decision.warning else f"{NAME}: {workload} ({key}) does not fit"
+            raise ResizeError(why)
         others = {**released.others, **decision.others}
         others.pop(key, None)
         return Decision(decision.resources, others)
