@@ -17,7 +17,7 @@ def test_text_nests_packages_dies_nodes_l3_cores_threads(tmp_path):
     assert lines[1:4] == ["  Package 0 (64 CPUs)", "    Die 0 (64 CPUs)",
                           "      NUMANode 0 (DRAM 16.0 GiB, CPUs 0-63)"]
     assert lines[4] == "        L3 0-3,32-35 (32.0 MiB)"
-    assert lines[5] == "          Core 0: PU 0, PU 32"
+    assert lines[5] == "          Core 0: CPU 0, CPU 32"
     assert text.count("L3 ") == 8 and text.count("Core ") == 32
 
 
@@ -25,7 +25,7 @@ def test_text_marks_isolated_offline_and_memory_only():
     topo = fake_topology(sockets=2, cores_per_die=2, threads_per_core=2, offline=[3], isolated=[1],
                          memory_only_nodes=1)
     text = render_text(topo)
-    assert "PU 1 (isolated)" in text and "Offline CPUs: 3" in text
+    assert "CPU 1 (isolated)" in text and "Offline CPUs: 3" in text
     assert "NUMANode 2 (PMEM/CXL 64.0 GiB, nearest CPUs in node 0 at distance 17)" in text
     assert "Distances:" in text and "isolated 1" in text.splitlines()[0]
 

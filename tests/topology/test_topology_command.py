@@ -20,7 +20,7 @@ def test_text_and_json(tmp_path, capsys):
     write_machine(tmp_path, classes.hybrid())
     code, out, _ = _run(capsys, "-host-root", str(tmp_path))
     assert code == 0 and out.startswith("Machine: 24 online CPUs (0-23), 16 cores")
-    assert "(E-core, 2.4/3.8 GHz, cluster 16): PU 16" in out
+    assert "(E-core, 2.4/3.8 GHz, cluster 16): CPU 16" in out
     code, out, _ = _run(capsys, f"--host-root={tmp_path}", "-o", "json")
     doc = json.loads(out)
     assert code == 0 and doc["cpus"][16]["kind"] == "efficiency"
