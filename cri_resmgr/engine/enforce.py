@@ -22,6 +22,7 @@ import grpc
 
 from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import clip
 from cri_resmgr.engine.runtime import RuntimeCalls
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class Enforcer:
         self._pending[container_id] = (resources, name)
         self._idle.clear()
         self._wakeup.set()
-        if self._task is None:
+        if self._task is None or self._task.done():  # a task that died is started again
             self._task = supervise.watched(asyncio.get_running_loop().create_task(self._run(), name="enforcer"),
                                            "container updates")
 
@@ -153,6 +154,10 @@ class Enforcer:
                     return
                 log.warning("updating %s failed (attempt %d/%d): %s: %s", who,
                             attempt, self._attempts, code.name, e.details())
+            except Exception as e:  # no gRPC status (a closed channel, a bug below): retried, so
+                # neither this update nor the sender task (and every update after it) is lost
+                log.warning("updating %s failed (attempt %d/%d): %s: %s", who,
+                            attempt, self._attempts, type(e).__name__, clip(str(e), 200))
             finally:
                 self._sending = None
             await asyncio.sleep(delay)

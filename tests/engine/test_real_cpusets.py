@@ -101,6 +101,37 @@ def test_update_done_before_the_start_or_superseded_is_not_sent_twice():
     asyncio.run(go())
 
 
+class _Flaky(_Runtime):
+    """Fails its first update with an error that is no gRPC status (a closed channel,
+    a bug below): the enforcer must retry it and live on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def call(self, path, request, reply_type, timeout=10.0):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("channel closed")
+        return await super().call(path, request, reply_type, timeout)
+
+
+def test_an_unexpected_error_is_a_failed_attempt_not_the_end_of_updates(caplog):
+    async def go():
+        rt = _Flaky()
+        e = Enforcer(rt, backoff=0)
+        e.submit(CID, _res("0"), "default/a:c")
+        await asyncio.wait_for(e.flush(), 30)  # a hang guard, not a speed check
+        assert rt.sent == [(CID, "0")]  # the failed attempt retried, not lost
+        e.submit(CID, _res("1"), "")
+        await asyncio.wait_for(e.flush(), 30)
+        assert rt.sent == [(CID, "0"), (CID, "1")] and e.stats().failed == 0
+        await e.close()
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(go())
+    assert "RuntimeError: channel closed" in caplog.text
+
+
 # -- the real cpuset, read from the cgroup ---------------------------------------------------
 
 
