@@ -37,13 +37,14 @@ HEALTH_ADDRESS = flags.text("metrics-address", "HOST:PORT", "where to serve /rea
 PROBE = flags.switch("probe", "ask the agent at -metrics-address whether it is ready; exit 0 if so, 1 if not")
 LOG_LEVEL = flags.choice("log-level", "logging threshold", ("debug", "info", "warning", "error"), "info")
 LOGGER_DEBUG = flags.switch("logger-debug", "debug logging, as -log-level debug (the relay's flag)")
+LOG_FORMAT = flags.log_format()
 
 COMMAND = flags.Command(
     PROG,
     "Configures cri-resmgr on this node from the cluster's ConfigMaps and acts on the cluster for it. "
     "NODE_NAME must name this node.",
     (KUBECONFIG, CONFIG_NS, CONFIGMAP_NAME, LABEL_NAME, AGENT_SOCKET, CONFIG_SOCKET, HEALTH_ADDRESS, PROBE,
-     LOG_LEVEL, LOGGER_DEBUG),
+     LOG_LEVEL, LOGGER_DEBUG, LOG_FORMAT),
     version=__version__,
     renamed={"health-address": "metrics-address"},
 )
@@ -76,8 +77,9 @@ def _run(values: flags.Values) -> int:
         ready, reason = probe(options.health_address)
         print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
         return 0 if ready else 1
-    logging.basicConfig(level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper())
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(flags.log_formatter(values[LOG_FORMAT]))
     # urllib3 warns about every connection retry; during an API server outage the
     # reflectors already say so once.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

@@ -76,8 +76,7 @@ PROBE = flags.switch("probe", "Ask the relay at -metrics-address (default for th
 RECONCILE_PERIOD = flags.option("reconcile-period", "SECONDS", "Reconcile with the runtime this often (one "
                                 "ListContainers): release the CPUs of containers removed behind the relay's back, "
                                 "adopt unknown ones; 0 disables.", DEFAULT_RECONCILE_PERIOD, flags.number(low=0))
-LOG_FORMAT = flags.choice("log-format", "Log lines as text, or as JSON objects with the same fields (time with "
-                          "its zone, level, logger, message).", logsetup.FORMATS, "text")
+LOG_FORMAT = flags.log_format()
 # Read by expand_config before parsing; here for -help.
 CONFIG = flags.text("config", "FILE", "Option file: these options, one per line, without leading dashes.", None)
 LOGGER_DEBUG = flags.option("logger-debug", "SOURCES", "Debug logging for '*' (all of cri-resmgr's) or a "

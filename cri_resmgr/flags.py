@@ -7,12 +7,15 @@ the program's name and version and exit 0 (when the command has a version). Any 
 `PROG: error: MESSAGE` naming the flag as it was typed, and exit code 2.
 
 This module imports only the standard library: the webhook's container image holds
-it beside the webhook package and nothing else of cri-resmgr (.importlinter).
+it beside the webhook package and nothing else of cri-resmgr (.importlinter). For the
+same reason the log line formats of `-log-format`, one for all four commands, are here.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import logging
 import os
 import platform
 import subprocess
@@ -20,6 +23,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Generic, TypeVar, cast
 
@@ -348,3 +352,44 @@ def _commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+# -log-format: the same flag and line formats for the relay, the NRI plugin, the agent and the webhook.
+LOG_FORMATS = ("text", "json")
+LOG_LINE = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_format() -> Flag[str]:
+    return choice("log-format", "Log lines as text, or as JSON objects with the same fields (time with its zone, "
+                  "level, logger, message).", LOG_FORMATS, "text")
+
+
+class TextLogFormatter(logging.Formatter):
+    """LOG_LINE with an ISO 8601 time that says its zone: `2026-11-27T14:47:03.120+00:00`."""
+
+    def __init__(self) -> None:
+        super().__init__(LOG_LINE)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return log_time(record)
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line with the text format's fields: time (with its zone), level,
+    logger, message; a traceback as `exception`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, str] = {"time": log_time(record), "level": record.levelname, "logger": record.name,
+                                "message": record.getMessage()}
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def log_formatter(fmt: str) -> logging.Formatter:
+    """The formatter of a -log-format value."""
+    return JsonLogFormatter() if fmt == "json" else TextLogFormatter()
+
+
+def log_time(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")

@@ -8,11 +8,11 @@ A configuration's `logger.Debug: true` adds all of ours while it is in force.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+
+from cri_resmgr import flags
 
 ROOT = "cri_resmgr"
 ALL = "*"
@@ -34,7 +34,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "metrics": ("cri_resmgr.metrics", "cri_resmgr.health"),
     "app": ("cri_resmgr.app",),
 }
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMAT = flags.LOG_LINE
 
 
 def parse_sources(text: str) -> frozenset[str]:
@@ -121,34 +121,10 @@ class Throttle(logging.Filter):
         record.msg, record.args = message, None
 
 
-FORMATS = ("text", "json")
-
-
-class TextFormatter(logging.Formatter):
-    """FORMAT with an ISO 8601 time that says its zone: `2026-11-27T14:47:03.120+00:00`."""
-
-    def __init__(self) -> None:
-        super().__init__(FORMAT)
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return _timestamp(record)
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line with the text format's fields: time (with its zone), level,
-    logger, message; a traceback as `exception`."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, str] = {"time": _timestamp(record), "level": record.levelname, "logger": record.name,
-                                "message": record.getMessage()}
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
-
-
-def _timestamp(record: logging.LogRecord) -> str:
-    when = datetime.fromtimestamp(record.created).astimezone()
-    return when.isoformat(timespec="milliseconds")
+# The line formats live with the flag parser, which the webhook's image carries alone.
+FORMATS = flags.LOG_FORMATS
+TextFormatter = flags.TextLogFormatter
+JsonFormatter = flags.JsonLogFormatter
 
 
 def setup(sources: frozenset[str], fmt: str = "text") -> DebugSources:
@@ -156,7 +132,7 @@ def setup(sources: frozenset[str], fmt: str = "text") -> DebugSources:
     repeated warnings rate-limited and every line bounded (`Throttle`). `fmt`: "text" lines,
     or "json" lines (-log-format)."""
     logging.basicConfig(level=logging.INFO, format=FORMAT)
-    formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    formatter = flags.log_formatter(fmt)
     for handler in logging.getLogger().handlers:
         handler.setFormatter(formatter)
     throttle = Throttle()

@@ -30,12 +30,14 @@ SHUTDOWN_GRACE = flags.option("shutdown-grace", "SECONDS", "Seconds in-flight re
                               10.0, flags.number(0))
 LOG_LEVEL = flags.choice("log-level", "Logging threshold.", ("debug", "info", "warning", "error"), "info")
 LOGGER_DEBUG = flags.switch("logger-debug", "Debug logging, as -log-level debug (the relay's flag).")
+LOG_FORMAT = flags.log_format()
 
 COMMAND = flags.Command(
     PROG,
     "Mutating admission webhook: adds to every new pod the annotation intel.com/resources with each "
     "container's requests and limits.",
-    (CERT_FILE, KEY_FILE, PORT, BIND_ADDRESS, MAX_BODY_BYTES, SHUTDOWN_GRACE, LOG_LEVEL, LOGGER_DEBUG),
+    (CERT_FILE, KEY_FILE, PORT, BIND_ADDRESS, MAX_BODY_BYTES, SHUTDOWN_GRACE, LOG_LEVEL, LOGGER_DEBUG,
+     LOG_FORMAT),
     version=__version__,
 )
 
@@ -46,10 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(values: flags.Values) -> int:
-    logging.basicConfig(
-        level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper(), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper(), stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(flags.log_formatter(values[LOG_FORMAT]))
     logger = logging.getLogger("cri_resmgr_webhook")
     try:
         context = server_context(values[CERT_FILE], values[KEY_FILE])

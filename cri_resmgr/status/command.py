@@ -28,7 +28,9 @@ COMMAND = flags.Command(
     "Show what the running relay decided: the machine as packages > NUMA nodes > cores > threads, each CPU "
     "marked with who holds it (an exclusive container's short name; shared, reserved, isolated, idle), the "
     "pools, and every container with its pool, CPUs and mems. A FILE argument (after the flags) receives the "
-    "output instead of stdout.",
+    "output instead of stdout; it is never the input: a saved /state is drawn with -state FILE (`status -state "
+    "node.json`, `status -state node.json -o svg node.svg`), and a FILE that is a saved /state is refused, "
+    "not overwritten, unless -o json.",
     (ADDRESS, OUTPUT, SAVED),
 )
 
@@ -94,6 +96,9 @@ def _status(values: flags.Values, file: str | None) -> int:
     if not address.rpartition(":")[2].isdigit():
         raise flags.UsageError(f"invalid value for -address: {address!r}: expected HOST:PORT (or :PORT)")
     saved = values[SAVED]
+    if file is not None and values[OUTPUT] != "json" and _is_saved_state(file):
+        raise flags.UsageError(f"{file} is a saved /state: did you mean -state {file}? (FILE receives the "
+                               "output; it is left as it is)")
     doc = fetch(address) if saved is None else load(saved)
     out = render(doc, values[OUTPUT], colour=file is None and _colour_wanted())
     if file is None:
@@ -105,6 +110,23 @@ def _status(values: flags.Values, file: str | None) -> int:
     except OSError as e:
         raise flags.CommandError(f"cannot write {file}: {e}") from None
     return 0
+
+
+def _is_saved_state(path: str) -> bool:
+    """A file there is holding a /state document (`status -o json` wrote it, whatever its name):
+    `status node.json` almost surely meant to draw it, and writing the picture over it would lose it.
+    Only a file that starts as a JSON object and is not huge is read whole."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > 256 << 20:
+            return False
+        with open(path, encoding="utf-8") as f:
+            if f.read(64).lstrip()[:1] != "{":
+                return False
+            f.seek(0)
+            doc = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == "cri-resmgr-state"
 
 
 def render(doc: dict[str, Any], output: str, colour: bool = False) -> str:

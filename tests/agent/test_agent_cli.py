@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -91,7 +93,9 @@ def test_probe_without_agent_fails(sockdir):
     assert result.returncode == 1 and "agent not reachable" in result.stderr
 
 
-def test_the_command_configures_the_relay_and_stops_on_sigterm(kubeapi, kubeconfig, relay, sockdir, wait):
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_command_configures_the_relay_and_stops_on_sigterm(kubeapi, kubeconfig, relay, sockdir, wait, fmt):
+    """-log-format as the relay's (issue 29): the same fields, times with their zone."""
     kubeapi.put_node("node1", {"cri-resource-manager.intel.com/group": "g"})
     kubeapi.put_configmap(NS, "cri-resmgr-config.group.g", {"policy": "Active: from-group\n"})
     environ = {k: v for k, v in os.environ.items()}
@@ -99,7 +103,7 @@ def test_the_command_configures_the_relay_and_stops_on_sigterm(kubeapi, kubeconf
     proc = subprocess.Popen(
         [sys.executable, "-m", "cri_resmgr_agent", "-kubeconfig", kubeconfig,
          "--config-socket", relay.socket_path, "-agent-socket", os.path.join(sockdir, "agent.sock"),
-         "-metrics-address", f"127.0.0.1:{free_port()}"],
+         "-metrics-address", f"127.0.0.1:{free_port()}", "-log-format", fmt],
         env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait(lambda: relay.applier.config == {"policy": "Active: from-group\n"}, "the pushed configuration")
@@ -110,6 +114,15 @@ def test_the_command_configures_the_relay_and_stops_on_sigterm(kubeapi, kubeconf
     assert proc.returncode == 0, stderr
     assert "relay accepted configuration from configmap kube-system/cri-resmgr-config.group.g" in stderr
     assert not os.path.exists(os.path.join(sockdir, "agent.sock"))
+    zoned = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"
+    lines = stderr.splitlines()
+    if fmt == "text":
+        assert all(re.match(zoned + r" (DEBUG|INFO|WARNING|ERROR) \S+: ", line) for line in lines), lines
+        return
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert all(set(r) == {"time", "level", "logger", "message"} and re.fullmatch(zoned, r["time"])
+               for r in records), records
+    assert records[-1]["message"] == "stopping" and records[-1]["logger"] == "cri_resmgr_agent"
 
 
 def test_busy_health_address_is_named(kubeconfig, sockdir):

@@ -147,3 +147,28 @@ def test_status_command_errors_are_one_line():
     assert bad.returncode == 2 and "invalid value for -address" in bad.stderr
     extra = _status("a.svg", "b.svg")
     assert extra.returncode == 2 and "unexpected extra argument (b.svg)" in extra.stderr
+
+
+def test_a_saved_state_given_as_the_output_file_is_refused_not_overwritten(relay_like, tmp_path):
+    """Issue 29: `status node.json` (a saved /state as the bare FILE, which is the output) says
+    'did you mean -state node.json?' and leaves the file as it is, before asking any relay."""
+    port, _, _ = relay_like
+    saved = _status("-address", f":{port}", "-o", "json")
+    assert saved.returncode == 0, saved.stderr
+    for name in ("node.json", "node.state"):
+        path = tmp_path / name
+        path.write_text(saved.stdout)
+        for args in ([str(path)], ["-o", "svg", str(path)], [str(path), "-address", f":{_free_port()}"]):
+            refused = _status(*args)
+            assert refused.returncode == 2 and refused.stderr == (
+                f"cri-resmgr status: error: {path} is a saved /state: did you mean -state {path}? (FILE receives "
+                "the output; it is left as it is)\n"), args
+            assert path.read_text() == saved.stdout
+    # -o json writes the document again (refreshing a saved state is what it is for); other JSON is overwritten.
+    assert _status("-address", f":{port}", "-o", "json", str(path)).returncode == 0
+    assert json.loads(path.read_text())["format"] == "cri-resmgr-state"
+    other = tmp_path / "other.json"
+    other.write_text('{"format": "something else"}')
+    assert _status("-address", f":{port}", str(other)).returncode == 0 and "CPU 6 postgres" in other.read_text()
+    # What help says about FILE and -state.
+    assert "never the input: a saved /state is drawn with -state FILE" in " ".join(_status("-help").stdout.split())

@@ -143,3 +143,31 @@ def test_serves_then_stops_cleanly_on_sigterm(pki, support, style):
     assert "SIGTERM received: stopping" in log
     assert "still in flight" not in log
     assert log.rstrip().endswith("stopped")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_log_format_as_the_relays(pki, fmt):
+    """-log-format as the relay's (issue 29): the same fields, times with their zone."""
+    proc = subprocess.Popen([*PROG, "-cert-file", str(pki.cert), "-key-file", str(pki.key), "-port", "0",
+                             "-bind-address", "127.0.0.1", "-log-format", fmt],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, first + rest
+    lines = (first + rest).splitlines()
+    zoned = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"
+    if fmt == "text":
+        assert re.fullmatch(zoned + r" INFO cri_resmgr_webhook: listening on https://127\.0\.0\.1:\d+", lines[0])
+        return
+    records = [json.loads(line) for line in lines]
+    assert all(set(r) == {"time", "level", "logger", "message"} and re.fullmatch(zoned, r["time"])
+               for r in records), records
+    assert records[0]["message"].startswith("listening on https://127.0.0.1:")
+    assert [r["message"] for r in records[1:]] == ["SIGTERM received: stopping", "stopped"]
