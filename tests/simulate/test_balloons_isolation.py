@@ -73,6 +73,17 @@ def test_rounding_of_fractional_balloons_gives_way_too():
     assert len(at["bu:c"].cpus - CPUSet("0")) == 1  # the Burstable one keeps its CPU: the 0m one gave way
 
 
+def test_a_fractional_guaranteed_pod_short_of_cpus_does_not_enter_a_dedicated_balloon():
+    # 0m + 2 + 2 + 2 + 500m = 6.5 CPUs of 7: kubelet admits all. The 500m one is no dedicated
+    # container (not whole CPUs) and no CPU is free: best-effort beside the BestEffort pod,
+    # never on g1's CPUs (run() fails on the simulator's isolation check too).
+    text = pod("be", None) + pod("g1", "2") + pod("g2", "2") + pod("g3", "2") + pod("frac", "500m")
+    o, at = run(CONFIG, text, SHAPE)
+    assert_isolated(at, ["g1:c", "g2:c", "g3:c"])
+    assert at["frac:c"].balloon == at["be:c"].balloon == "default[0]"
+    assert any("default/frac:c" in w and "best-effort" in w for w in o.warnings), o.warnings
+
+
 def test_when_the_requests_do_not_fit_a_guaranteed_pod_does_not_enter_anothers_balloon():
     text = pod("g1", "3") + pod("g2", "3") + pod("g3", "2")  # 8 CPUs of 7
     o, at = run(CONFIG, text, SHAPE)

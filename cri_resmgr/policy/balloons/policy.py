@@ -168,11 +168,12 @@ class BalloonsPolicy:
 
     def _best_effort(self, t: BalloonType, w: Workload) -> Balloon:
         """No balloon can hold the request: the type's balloon with the most room left,
-        a new one if some CPUs are free, else the default balloon. A dedicated container
-        does not go into another pod's dedicated balloon (isolation.py)."""
+        a new one if some CPUs are free, else the default balloon. No container goes into
+        a balloon of dedicated containers (isolation.py: kubelet admitted them, their CPUs
+        are theirs alone), and a dedicated one into no other pod's balloon."""
         book = self._book
         free = book.free_units(t)
-        mine = [b for b in book.by_type[t.name] if book.size(b) > 0 or free > 0]
+        mine = [b for b in book.by_type[t.name] if (book.size(b) > 0 or free > 0) and not dedicated_balloon(b)]
         if dedicated(t, w):
             mine = [b for b in mine if not b.members]
         if mine:
