@@ -117,7 +117,7 @@ class EngineState:
 def _pool_row(p: PoolUsage) -> dict[str, Any]:
     return {"name": p.name, "kind": p.kind, "parent": p.parent, "cpus": str(p.cpus),
             "exclusive_cpus": str(p.exclusive), "shared_cpus": str(p.shared), "mems": p.mems,
-            "containers": len(p.containers), "requested_milli": p.requested_milli}
+            "containers": len(p.containers), "requested_milli": p.requested_milli, "hidden_cpus": str(p.hidden)}
 
 
 def summarise(topo: Topology) -> TopologySummary:

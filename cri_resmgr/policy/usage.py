@@ -26,6 +26,9 @@ class PoolUsage:
     mems: str = ""
     containers: tuple[str, ...] = ()  # container keys
     requested_milli: int = 0  # sum of its containers' CPU requests
+    # Of `cpus`, the ones its containers never run on though the pool owns them: a
+    # HideHyperthreads balloon's sibling threads (no one else gets them either).
+    hidden: CPUSet = CPUSet()
 
 
 @dataclass(frozen=True)

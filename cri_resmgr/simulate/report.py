@@ -174,7 +174,7 @@ def _step_doc(s: Step, names: dict[str, str]) -> dict[str, Any]:
             "pools": {name: {"kind": p.kind or None, "cpus": str(p.cpus), "exclusive": str(p.exclusive),
                              "runs_on": str(p.shared | p.exclusive) if p.kind else str(p.shared),
                              "mems": p.mems or None, "containers": len(p.containers),
-                             "requested_milli": p.requested_milli}
+                             "requested_milli": p.requested_milli, "hidden": str(p.hidden) or None}
                       for name, p in sorted(s.pools.items())},
             "messages": s.messages}
 

@@ -2,7 +2,8 @@
 building (no drawing library: the relay's install stays as it is). Packages are
 boxes holding NUMA node boxes holding core boxes holding one square per thread,
 coloured by who holds it: an exclusive holder, or the pool (each pool or balloon its
-own colour, named in the legend). The node, the time and the relay's version are in the
+own colour, named in the legend; a balloon's hidden hyperthreads in its colour, hatched).
+The node, the time and the relay's version are in the
 top right corner; the container table and the pool table are below, as text.
 """
 
@@ -23,6 +24,12 @@ PAD, TITLE = 8, 18  # inside a box: padding, and the height of its title line
 CORES_PER_ROW = 8
 LINE = 16  # a text line
 CHAR = 7.2  # width of a monospace character at 12px, for the table's columns
+# Over the balloon's colour: a thread the balloon owns but its containers do not run on
+# (HideHyperthreads' sibling threads).
+HATCH_DEF = ('<defs><pattern id="hidden" width="8" height="8" patternUnits="userSpaceOnUse" '
+             'patternTransform="rotate(45)"><rect width="8" height="8" fill="white" fill-opacity="0.45"/>'
+             '<line x1="0" y1="0" x2="0" y2="8" stroke="#607d8b" stroke-width="2"/></pattern></defs>')
+HIDDEN = "hidden hyperthread"
 
 
 def pool_fills(view: View) -> dict[str, str]:
@@ -55,6 +62,8 @@ def render(view: View) -> str:
     if not view.machine:
         body.append(_text(PAD, y + 12, "Machine not known to the relay (no policy has discovered it)"))
         y += LINE
+    if any(c.hidden for _, nodes in view.machine for _, cores in nodes for _, cells in cores for c in cells):
+        body.insert(0, HATCH_DEF)
     legend, lw, lh = _legend(PAD, y, view, fills)
     body += legend
     width, y = max(width, lw + 2 * PAD), y + lh + PAD
@@ -87,10 +96,14 @@ def _legend(x: int, y: int, view: View, fills: dict[str, str]) -> tuple[list[str
             for _, cells in cores:
                 for c in cells:
                     seen.setdefault(c.label, _fill(c, fills))
+    hidden = any(c.hidden for _, nodes in view.machine for _, cores in nodes for _, cells in cores for c in cells)
     out, cx = [], float(x)
     for label, fill in seen.items():
         out += [_box(cx, y, 14, 14, fill), _text(cx + 18, y + 12, label)]
         cx += 18 + (len(label) + 2) * CHAR
+    if hidden:  # the hatch the balloons' hidden threads wear over their colour
+        out += [_box(cx, y, 14, 14, "#ffffff"), _box(cx, y, 14, 14, "url(#hidden)"), _text(cx + 18, y + 12, HIDDEN)]
+        cx += 18 + (len(HIDDEN) + 2) * CHAR
     return out, cx - x, (LINE if seen else 0)
 
 
@@ -137,11 +150,14 @@ def _thread(x: int, y: int, cell: Cell, fills: dict[str, str]) -> list[str]:
     fill = _fill(cell, fills)
     label = cell.label if len(cell.label) <= 16 else cell.label[:15] + "…"
     title = f"CPU {cell.cpu}: {cell.label}" + (f"; shared by {', '.join(cell.sharers)}" if cell.sharers else "")
+    if cell.hidden:
+        title += f"; {HIDDEN}: the balloon's, its containers do not run on it"
     # The containers running on it shared (a pool tree's nodes, a balloon): their count, named in the title.
     shared = [f'<text x="{x + THREAD_W - 4:g}" y="{y + 13}" text-anchor="end" fill="#37474f">'
               f'+{len(cell.sharers)}</text>'] if cell.sharers else []
     return [f'<g><title>{escape(title)}</title>',
             _box(x, y, THREAD_W, THREAD_H, fill),
+            *([_box(x, y, THREAD_W, THREAD_H, "url(#hidden)")] if cell.hidden else []),
             _text(x + 4, y + 13, f"CPU {cell.cpu}"), *shared, _text(x + 4, y + 28, label, bold=cell.holder is not None),
             "</g>"]
 

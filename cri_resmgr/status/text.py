@@ -31,7 +31,8 @@ def render(view: View, colour: bool = False) -> str:
         for node, cores in nodes:
             lines.append(f"  NUMA node {node}")
             for core, cells in cores:
-                threads = "  ".join(f"CPU {c.cpu} {_paint(c.label, _colour(c), colour)}" for c in cells)
+                threads = "  ".join(f"CPU {c.cpu} {_paint(c.label, _colour(c), colour)}" +
+                                    (" (hidden)" if c.hidden else "") for c in cells)
                 lines.append(f"    Core {_id(core)}: {threads}")
     if view.offline:
         lines.append(f"Offline CPUs: {view.offline}")

@@ -5,7 +5,9 @@ pools it is in (shared, reserved: under the static policy the reserved CPUs are 
 the shared pool too, unless StrictReservation), isolated (the kernel's isolcpus, unused
 by the relay), idle (online, in no pool: not available to the policy, or no policy in
 force) or offline. Under policies with many pools (balloons, a pool tree) a CPU in none
-of those is marked with the smallest other pool that holds it (`dataplane[0]`), and the
+of those is marked with the smallest other pool that holds it (`dataplane[0]`); a
+HideHyperthreads balloon's sibling threads, which its containers do not run on, are marked
+as the balloon's and hidden (the pool table's `hidden_cpus`); the
 pool table lists each pool with its kind, parent, CPUs, memory nodes, containers and
 requested CPU.
 """
@@ -38,6 +40,7 @@ class Cell:
     label: str  # the holder's short name, or the pools: "shared", "shared/reserved", "idle"
     holder: int | None  # index into View.containers of the exclusive holder; None: no one
     sharers: tuple[str, ...] = ()  # short names of the containers running on it shared (not exclusive)
+    hidden: bool = False  # the pool's (label) though its containers do not run on it: a hidden hyperthread
 
 
 @dataclass(frozen=True)
@@ -109,13 +112,14 @@ def build(doc: Mapping[str, Any]) -> View:
             for cpu in CPUSet.parse(c.get("shared_cpus") or ""):
                 sharing.setdefault(cpu, []).append(rows[i].short)
     pools = {name: CPUSet.parse(cpus) for name, cpus in doc["pools"].items()}
+    hidden = {cpu: p["name"] for p in doc.get("pool_table") or () for cpu in CPUSet.parse(p.get("hidden_cpus") or "")}
     others = sorted(((len(c), n, c) for n, c in pools.items() if n not in MARKED_POOLS and n not in NOT_MARKING))
     topo = doc.get("topology")
     machine: Machine = ()
     offline = ""
     if topo is not None:
         machine = tuple((pkg["id"], tuple((node["id"], tuple(
-            (core["id"], tuple(_cell(cpu, holders, rows, pools, others, tuple(sharing.get(cpu, ())))
+            (core["id"], tuple(_cell(cpu, holders, rows, pools, others, tuple(sharing.get(cpu, ())), hidden)
                                for cpu in core["cpus"]))
             for core in node["cores"])) for node in pkg["nodes"])) for pkg in topo["packages"])
         offline = topo["offline"]
@@ -169,11 +173,14 @@ def _runs_on(p: Mapping[str, Any]) -> str:
 
 
 def _cell(cpu: int, holders: Mapping[int, int], rows: Sequence[Row], pools: Mapping[str, CPUSet],
-          others: Sequence[tuple[int, str, CPUSet]] = (), sharers: tuple[str, ...] = ()) -> Cell:
+          others: Sequence[tuple[int, str, CPUSet]] = (), sharers: tuple[str, ...] = (),
+          hidden: Mapping[int, str] | None = None) -> Cell:
     holder = holders.get(cpu)
     if holder is not None:
         return Cell(cpu, rows[holder].short, holder, sharers)
     marks = [name for name in MARKED_POOLS if cpu in pools.get(name, CPUSet())]
+    if not marks and hidden and cpu in hidden:  # a HideHyperthreads balloon's sibling: the balloon's, unused
+        return Cell(cpu, hidden[cpu], None, sharers, hidden=True)
     if not marks:
         # The smallest other pool holding it: a balloon, or the leaf of a pool tree.
         marks = [name for _, name, cpus in others if cpu in cpus][:1]

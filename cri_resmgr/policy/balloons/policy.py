@@ -274,9 +274,16 @@ class BalloonsPolicy:
             pools.append(PoolUsage(
                 name=b.name, cpus=b.cpus, exclusive=own, shared=runs_on - own,
                 kind=b.type.name, mems=(res.cpuset_mems or "") if res else "",
-                containers=tuple(b.members), requested_milli=b.requested))
+                containers=tuple(b.members), requested_milli=b.requested, hidden=self._hidden(b)))
         members = {b.name: len(b.members) for b in book.balloons.values()}
         return PolicyUsage(tuple(pools), book.free, exclusive, members)
+
+    def _hidden(self, b: Balloon) -> CPUSet:
+        """A HideHyperthreads balloon's sibling threads: its own (a whole core is the
+        balloon's), but its containers get one thread of each core (Book.visible)."""
+        if not b.type.hide_hyperthreads:
+            return CPUSet()
+        return b.cpus - self._book.near.hide_hyperthreads(b.cpus)
 
     def expects_isolation(self, w: Workload) -> bool:
         """Whether `w` is a dedicated container (isolation.py): for the simulator's check
