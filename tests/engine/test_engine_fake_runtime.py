@@ -72,18 +72,6 @@ class Engine:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture
-def engine_factory():
-    made = []
-
-    def make(*args, **kw):
-        e = Engine(*args, **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
 
 
 def guaranteed(name, cpu, mem="64Mi"):

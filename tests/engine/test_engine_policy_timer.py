@@ -8,7 +8,7 @@ import asyncio
 import time
 
 import pytest
-from test_engine_fake_runtime import besteffort, engine_factory, guaranteed  # noqa: F401 (fixture)
+from test_engine_fake_runtime import besteffort, guaranteed
 
 from cri_resmgr.config import ConfigError, parse_document
 from cri_resmgr.engine.timers import PolicyTimer

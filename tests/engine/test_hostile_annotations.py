@@ -8,7 +8,7 @@ import json
 import logging
 
 import pytest
-from test_engine_fake_runtime import STATIC, Engine, besteffort, check_static_invariants
+from test_engine_fake_runtime import STATIC, besteffort, check_static_invariants
 
 from cri_resmgr import supervise
 from cri_resmgr.topology.cpuset import CPUSet
@@ -26,17 +26,6 @@ BAD_RESOURCES = {
 }
 
 
-@pytest.fixture
-def engine_factory():
-    made: list[Engine] = []
-
-    def make(*args, **kw):
-        made.append(Engine(*args, **kw))
-        return made[-1]
-
-    yield make
-    for e in made:
-        e.close()
 
 
 def annotated(name: str, cpu: str, annotations: dict[str, str]) -> PodSpec:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 
-import pytest
-from test_engine_fake_runtime import STATIC, Engine, besteffort, check_static_invariants, guaranteed
+from test_engine_fake_runtime import STATIC, besteffort, check_static_invariants, guaranteed
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.metrics import EngineCollector
@@ -15,17 +14,6 @@ from cri_resmgr.topology.cpuset import CPUSet
 SHAPE = dict(sockets=1, cores_per_die=4, threads_per_core=2)
 
 
-@pytest.fixture
-def engine_factory():
-    made: list[Engine] = []
-
-    def make(*args, **kw):
-        made.append(Engine(*args, **kw))
-        return made[-1]
-
-    yield make
-    for e in made:
-        e.close()
 
 
 def _messages(caplog, level=logging.INFO):

@@ -11,7 +11,7 @@ import threading
 
 import grpc
 import pytest
-from test_engine_fake_runtime import STATIC, besteffort, engine_factory, guaranteed  # noqa: F401 (fixture)
+from test_engine_fake_runtime import STATIC, besteffort, guaranteed
 
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.harness.podspec import LinuxResources, milli_cpu_to_quota, milli_cpu_to_shares
