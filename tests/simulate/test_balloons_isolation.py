@@ -84,6 +84,18 @@ def test_a_fractional_guaranteed_pod_short_of_cpus_does_not_enter_a_dedicated_ba
     assert any("default/frac:c" in w and "best-effort" in w for w in o.warnings), o.warnings
 
 
+def test_a_fractional_guaranteed_pod_does_not_inflate_a_dedicated_balloon():
+    # MinCPUs 2: the one CPU left is too few for a new balloon, but enough to inflate g1's
+    # (2000m + 500m on 3 CPUs): the 500m pod must not join it (0 + 500m + 2 + 2 + 500m of 7).
+    config = CONFIG.replace("PreferNewBalloons: true", "PreferNewBalloons: true\n        MinCPUs: 2")
+    text = pod("be", None) + pod("bu", "500m", "batch", qos="burstable") + pod("g1", "2") + pod("g2", "2") + \
+        pod("frac", "500m")
+    o, at = run(config, text, SHAPE)
+    assert_isolated(at, ["g1:c", "g2:c"])
+    assert len(at["g1:c"].cpus) == len(at["g2:c"].cpus) == 2
+    assert any("default/frac:c" in w and "best-effort" in w for w in o.warnings), o.warnings
+
+
 def test_when_the_requests_do_not_fit_a_guaranteed_pod_does_not_enter_anothers_balloon():
     text = pod("g1", "3") + pod("g2", "3") + pod("g3", "2")  # 8 CPUs of 7
     o, at = run(CONFIG, text, SHAPE)

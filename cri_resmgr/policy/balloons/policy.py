@@ -155,11 +155,13 @@ class BalloonsPolicy:
                 can_new = first <= book.free_units(t)
             if can_new:
                 return book.new_balloon(t, 0), False
-            if dedicated(t, w) and t.can_add_balloon(len(mine)):
-                # Short of CPUs even so (the requests do not fit): not beside another pod's
-                # containers in their balloon, best-effort in the default one. (When MaxBalloons
-                # is reached, sharing a balloon is what the configuration asks for.)
-                fitting = []
+            if t.can_add_balloon(len(mine)):
+                # Short of CPUs even so (the requests do not fit): a dedicated container not
+                # beside another pod's containers in their balloon, best-effort in the default
+                # one; any other not into a balloon of dedicated containers, whose CPUs are
+                # theirs alone. (When MaxBalloons is reached, sharing a balloon is what the
+                # configuration asks for.)
+                fitting = [] if dedicated(t, w) else [item for item in fitting if not dedicated_balloon(item[1])]
         if fitting:
             return min(fitting, key=lambda item: item[0])[1], False
         if can_new:
