@@ -285,7 +285,8 @@ class Command:
             raise UsageError(f"invalid value for {spelling}: {err}") from None
 
     def help(self) -> str:
-        lines = [f"usage: {self.prog} [flags]" + (f" {self.operands}" if self.operands else ""), "", *textwrap.wrap(self.summary, 100), "",
+        usage = f"usage: {self.prog} [flags]" + (f" {self.operands}" if self.operands else "")
+        lines = [usage, "", *textwrap.wrap(self.summary, 100), "",
                  "Flags take one or two dashes, the value after a space or '=':"]
         for flag in self.flags:
             lines.append(f"  -{flag.name}, --{flag.name}" + (f" {flag.metavar}" if flag.metavar else ""))
