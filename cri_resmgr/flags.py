@@ -183,6 +183,7 @@ class Command:
     # Old flag names still accepted, to their new ones: the same name across the relay, the NRI
     # plugin, the agent and the webhook for the same thing. Each use prints one deprecation line.
     renamed: Mapping[str, str] = field(default_factory=dict)
+    operands: str = ""  # what follows the flags, for the usage line: `[FILE]`
 
     def run(self, argv: Sequence[str], body: Callable[[Values], int]) -> int:
         """Parses argv and calls body with the values; returns the exit code: body's,
@@ -284,7 +285,8 @@ class Command:
             raise UsageError(f"invalid value for {spelling}: {err}") from None
 
     def help(self) -> str:
-        lines = [f"usage: {self.prog} [flags]", "", *textwrap.wrap(self.summary, 100), "",
+        usage = f"usage: {self.prog} [flags]" + (f" {self.operands}" if self.operands else "")
+        lines = [usage, "", *textwrap.wrap(self.summary, 100), "",
                  "Flags take one or two dashes, the value after a space or '=':"]
         for flag in self.flags:
             lines.append(f"  -{flag.name}, --{flag.name}" + (f" {flag.metavar}" if flag.metavar else ""))

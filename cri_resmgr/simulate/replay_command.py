@@ -31,6 +31,7 @@ COMMAND = flags.Command(
     "jsonl) to a runtime again, in order, mapping the recorded pod and container ids to the new ones. Images are "
     "assumed present (image calls are not sent). Exit status 1 when an outcome differs from the recording.",
     (RUNTIME_SOCKET, TIMING, SPEED, TIMEOUT, QUIET),
+    operands="DUMP.jsonl",
 )
 
 

@@ -32,6 +32,7 @@ COMMAND = flags.Command(
     "node.json`, `status -state node.json -o svg node.svg`), and a FILE that is a saved /state is refused, "
     "not overwritten, unless -o json.",
     (ADDRESS, OUTPUT, SAVED),
+    operands="[FILE]",
 )
 
 

@@ -171,4 +171,6 @@ def test_a_saved_state_given_as_the_output_file_is_refused_not_overwritten(relay
     other.write_text('{"format": "something else"}')
     assert _status("-address", f":{port}", str(other)).returncode == 0 and "CPU 6 postgres" in other.read_text()
     # What help says about FILE and -state.
-    assert "never the input: a saved /state is drawn with -state FILE" in " ".join(_status("-help").stdout.split())
+    helped = _status("-help").stdout
+    assert helped.startswith("usage: cri-resmgr status [flags] [FILE]\n")
+    assert "never the input: a saved /state is drawn with -state FILE" in " ".join(helped.split())
