@@ -35,3 +35,19 @@ def test_a_run_that_leaves_them_alone_passes(tmp_path):
     r = _run(tmp_path, "    assert (GUARDED / 'lock').read_text() == '1\\n'")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "changed" not in r.stdout
+
+
+def test_an_installed_venv_is_watched_by_its_directory_not_walked(tmp_path, monkeypatch):
+    from tests.harness import hostguard
+
+    root = tmp_path / "opt-cri-resmgr"
+    (root / "venv-1" / "lib").mkdir(parents=True)
+    (root / "venv-1" / "lib" / "module.py").write_text("")
+    (root / "installed-files").write_text("")
+    monkeypatch.setattr(hostguard, "GUARDED", (str(root),))
+    monkeypatch.setattr(hostguard, "GUARDED_GLOBS", ())
+    before = hostguard.snapshot()
+    assert str(root / "installed-files") in before and str(root / "venv-1") in before
+    assert str(root / "venv-1" / "lib") not in before
+    (root / "venv-2").mkdir()
+    assert f"created {root / 'venv-2'}" in hostguard.changes(before, hostguard.snapshot())

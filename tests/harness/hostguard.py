@@ -6,7 +6,8 @@ tests.harness.hostguard` in setup.cfg).
 
 A relay or plugin a test starts takes `-state-dir`, `-relay-socket` and the like under
 the test's own directory; the default paths are the node's. Checking costs a few stat()
-calls per test (these paths are missing or small on a test machine).
+calls per test (these paths are missing or small on a test machine; an installed venv's
+contents are not walked).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def snapshot() -> Snapshot:
             for top, dirs, files in os.walk(root):
                 for name in dirs + files:
                     _add(out, os.path.join(top, name))
+                # An installed virtualenv (install-node.sh: $PREFIX/venv-*) holds tens of
+                # thousands of files: walked twice per test it would add minutes to a run on
+                # a node with cri-resmgr installed. Its directory is stat()ed (one made or
+                # removed shows), its contents are not.
+                dirs[:] = [d for d in dirs if not (top == root and d.startswith("venv-"))]
     return out
 
 
