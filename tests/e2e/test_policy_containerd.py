@@ -322,9 +322,7 @@ def test_container_removed_at_containerd_returns_its_cpu_within_the_reconcile_pe
         # crictl stop + rm, straight at containerd: the relay sees none of it.
         direct.stop_container(g)
         direct.remove_container(g)
-        start = time.monotonic()
         wait_cpuset(k, a, ALL, timeout=2 + 8)  # the period, and time for the update to land
-        assert time.monotonic() - start < 10
         assert "default/removed-behind:c" in relay.log() and "removed behind the relay's back" in relay.log()
         wait_state(relay, lambda st: all(v["exclusive"] == "" for v in st["assignments"].values()))
     finally:
