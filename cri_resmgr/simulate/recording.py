@@ -8,7 +8,7 @@ engine is unchanged and each of its decisions is seen with its inputs and output
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, ResizeError, Resources, Workload
@@ -43,14 +43,7 @@ class RecordingPolicy:
         return events
 
     def allocate(self, workload: Workload) -> Decision:
-        self.names[workload.key] = str(workload)
-        self.workloads[workload.key] = workload
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        d = self.inner.allocate(workload)
-        ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
-        self._events.append(Event("allocate", workload.key, str(workload), d, ns, self.inner.assignment(workload.key),
-                                  cpu, workload))
-        return d
+        return self._decided("allocate", workload, self.inner.allocate)
 
     def release(self, key: str) -> Decision:
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
@@ -62,14 +55,20 @@ class RecordingPolicy:
 
     def resize(self, workload: Workload) -> Decision:
         """policy.api.Resizable, when the policy is (every built-in one is)."""
-        if not isinstance(self.inner, Resizable):
-            raise ResizeError(f"policy {type(self.inner).__name__} cannot resize containers")
+        inner = self.inner
+        if not isinstance(inner, Resizable):
+            raise ResizeError(f"policy {type(inner).__name__} cannot resize containers")
+        return self._decided("resize", workload, inner.resize)
+
+    def _decided(self, action: str, workload: Workload, decide: Callable[[Workload], Decision]) -> Decision:
+        """A decision on `workload`, timed and recorded once the policy made it (a refusal
+        leaves the container as it was)."""
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        d = decide(workload)
+        ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
         self.names[workload.key] = str(workload)
         self.workloads[workload.key] = workload
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        d = self.inner.resize(workload)
-        ns, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
-        self._events.append(Event("resize", workload.key, str(workload), d, ns, self.inner.assignment(workload.key),
+        self._events.append(Event(action, workload.key, str(workload), d, ns, self.inner.assignment(workload.key),
                                   cpu, workload))
         return d
 
