@@ -5,7 +5,9 @@ It stays when its balloon type is the same and it is not placed best-effort in a
 type's balloon, and: it shrinks (its balloon can only need less; one already short of
 CPUs gets no worse); or its balloon grows within MaxCPUs and the free CPUs; or it is a
 dedicated container in a balloon of dedicated containers (isolation.py), which takes the
-slack of other balloons as on a create. Staying costs what a create costs: the balloon
+slack of other balloons as on a create, and grows by whole cores as a create would give
+them (sizing.py inflate_whole) unless that splits more cores than a new balloon would
+get from the free whole cores, in which case it moves. Staying costs what a create costs: the balloon
 is resized once and its members (and those of balloons whose lent idle CPUs changed)
 are recomputed once.
 
@@ -24,6 +26,7 @@ from cri_resmgr.policy.api import Decision, ResizeError, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, type_for
 from cri_resmgr.policy.balloons.isolation import dedicated, reclaim
 from cri_resmgr.policy.resize import by_replacing, put_back
+from cri_resmgr.topology.cpuset import CPUSet
 
 if TYPE_CHECKING:
     from cri_resmgr.policy.balloons.book import Book
@@ -68,11 +71,32 @@ def _way(book: Book, b: Balloon, w: Workload) -> _Way:
     need = book.needed(b, delta, 0)
     if t.max_cpus is not None and need > t.max_cpus:
         return _MOVE
-    if need - book.size(b) <= book.free_units(t):
+    own = dedicated(t, w) and all(dedicated(t, m) for k, m in b.members.items() if k != w.key)
+    growth = need - book.size(b)
+    if growth <= book.free_units(t):
+        if own and not _whole_enough(book, b, growth):
+            return _MOVE  # its CPUs are its own: whole cores elsewhere rather than split ones here
         return _Way.STAY
-    if dedicated(t, w) and all(dedicated(t, m) for k, m in b.members.items() if k != w.key):
-        return _Way.MAKE_ROOM
-    return _MOVE
+    return _Way.MAKE_ROOM if own else _MOVE
+
+
+def _whole_enough(book: Book, b: Balloon, n: int) -> bool:
+    """Whether a dedicated balloon grown by `n` CPUs where it is (Book.grow) splits no more
+    cores than its size forces, or no more than a new balloon of that size would (the free
+    whole cores cannot hold it either)."""
+    near = book.near
+    if n <= 0 or b.type.spread_cores or book.kind_preference(b.type) is not None:
+        return True  # (those grow by inflate, as they were made)
+    threads = near.topology.threads_per_core()
+    size = len(b.cpus) + n
+    swap = near.inflate_whole(book.free, b.cpus, n)
+    if swap is not None:
+        new, given = swap
+        after = (b.cpus - given) | new
+        if len(after - near.whole_cores(after)) <= size % threads:
+            return True
+    whole = near.whole_cores(book.free - CPUSet(near.beside_reserved))
+    return len(whole) < size - size % threads
 
 
 def _in_place(policy: BalloonsPolicy, b: Balloon, w: Workload, make_room: bool) -> Decision:

@@ -180,6 +180,28 @@ class Nearness:
             raise AllocationError(n, len(free), free)
         return CPUSet(chosen)
 
+    def inflate_whole(self, free: CPUSet, current: CPUSet, n: int) -> tuple[CPUSet, CPUSet] | None:
+        """`n` more CPUs for a dedicated balloon (its containers' own CPUs) holding `current`,
+        as the allocator gives a create: no more cores split than the size forces. It keeps
+        its whole cores and completes its cores that have a free thread first; a thread it
+        holds on a core another balloon uses may be given up for a whole free core (one
+        CPU moved rather than two cores split). Within its own NUMA nodes, away from the
+        reserved CPUs' threads: (taken, given up), or None when those lack the CPUs
+        (inflate then takes the nearest)."""
+        keep = self.whole_cores(current)
+        strays = current - keep
+        own = CPUSet().union(*(self.topology.node_cpus(x) for x in self.topology.nodes_of(current)))
+        usable = (free & own) - CPUSet(self.beside_reserved)
+        want = len(current) + n - len(keep)
+        pool = usable | strays
+        if len(pool) < want:
+            return None
+        core_of = self.core_of
+        completing = {c for s in strays for c in core_of.get(s, ()) if c in usable}
+        halves = {s for s in strays if not completing.isdisjoint(core_of.get(s, ()))}
+        chosen = self.allocator.allocate(pool, want, CPUSet(completing | halves) if completing else None)
+        return chosen - current, strays - chosen
+
     def _tier(self, cands: frozenset[int], tier: int, base: frozenset[int], free: set[int],
               spread: bool) -> frozenset[int]:
         """The candidates of preference `tier` (0 best) for a balloon holding `base`: packed,

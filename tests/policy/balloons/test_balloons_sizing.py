@@ -55,3 +55,21 @@ def test_deflate_gives_back_what_the_definition_says(shape, whole_cores):
         cpus = CPUSet(rng.sample(online, rng.randint(1, len(online))))
         m = rng.randint(0, len(cpus) + 1)
         assert near.deflate(cpus, m, whole_cores) == defined(topology, cpus, m, whole_cores), (cpus, m)
+
+
+# -- a dedicated balloon's growth: whole cores (Nearness.inflate_whole) ------------------------
+
+
+def test_a_dedicated_balloon_completes_its_own_core_first():
+    near = Nearness(machine(packages=2, cores=4, threads=2), CPUSet("0"))
+    # 2-4 held; 4's sibling 5 free, and core 6-7: it takes 5.
+    assert near.inflate_whole(CPUSet("5-15"), CPUSet("2-4"), 1) == (CPUSet("5"), CPUSet())
+
+
+def test_a_dedicated_balloon_gives_a_stray_thread_up_for_a_whole_core():
+    near = Nearness(machine(packages=2, cores=4, threads=2), CPUSet("0"))
+    # 2-4 held; 5 is another balloon's: one more CPU as a thread of core 6-7 would leave
+    # two cores split; whole core 6-7 for the stray 4 leaves none (one CPU moved).
+    assert near.inflate_whole(CPUSet("6-15"), CPUSet("2-4"), 1) == (CPUSet("6-7"), CPUSet("4"))
+    # Not across nodes, nor onto the reserved CPU's sibling: no whole core there, no answer.
+    assert near.inflate_whole(CPUSet("1,8-15"), CPUSet("2-4"), 1) is None
