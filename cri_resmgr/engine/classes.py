@@ -30,10 +30,10 @@ from cri_resmgr.classes.rdt import ResctrlWriter
 from cri_resmgr.classes.select import KINDS, Choice, annotation_key, choose
 from cri_resmgr.config.classes import ClassConfigError
 from cri_resmgr.config.schema import Config, ConfigError
-from cri_resmgr.engine import adopt, messages
+from cri_resmgr.engine import adopt
 from cri_resmgr.engine.cache import Cache, ContainerRecord
+from cri_resmgr.engine.core import Bystander, StartStep
 from cri_resmgr.engine.runtime import RuntimeCalls
-from cri_resmgr.transport.contract import Interceptor, Request
 
 log = logging.getLogger(__name__)
 
@@ -336,9 +336,9 @@ def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
                          cgroups_path=path if isinstance(path, str) else "")
 
 
-class ClassesOnly:
-    """Classes under a policy that decides nothing (`none`): the one interceptor
-    (StartContainer) and a cache of the runtime's containers kept from its lists, so the
+class ClassesOnly(Bystander):
+    """Classes under a policy that decides nothing (`none`): a core that takes one event
+    (StartContainer), with a cache of the runtime's containers kept from its lists, so the
     class controller has the pods' annotations and QoS classes it chooses by."""
 
     def __init__(self, classes: ClassControl, runtime: RuntimeCalls, reserved_namespaces: tuple[str, ...]):
@@ -347,22 +347,21 @@ class ClassesOnly:
         self._reserved = reserved_namespaces
         self.cache = Cache()
 
-    def interceptors(self) -> dict[str, Interceptor]:
-        return {"StartContainer": self._start}
+    @property
+    def events(self) -> frozenset[str]:
+        return frozenset({"StartContainer"})
 
-    async def _start(self, req: Request) -> pb.StartContainerResponse:
-        m = messages.request(req, pb.StartContainerRequest)
-        reply = await messages.forward(req, m, pb.StartContainerResponse)
+    async def start(self, container_id: str, start: StartStep) -> None:
+        await start()
         try:
             await self.refresh()
-            c = self.cache.by_id(m.container_id)
+            c = self.cache.by_id(container_id)
             if c is not None:
                 await self._classes.started(c)
         except grpc.aio.AioRpcError as e:  # the next reconcile tries again
-            log.warning("block I/O and RDT classes of container %s: %s", m.container_id[:12], e.details())
+            log.warning("block I/O and RDT classes of container %s: %s", container_id[:12], e.details())
         except Exception:  # a bug here must not fail the container's start
-            log.exception("enforcing the block I/O and RDT classes of container %s failed", m.container_id[:12])
-        return reply
+            log.exception("enforcing the block I/O and RDT classes of container %s failed", container_id[:12])
 
     async def refresh(self) -> None:
         """The cache follows the runtime's running containers (new ones asked about once)."""

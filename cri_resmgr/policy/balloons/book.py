@@ -24,10 +24,11 @@ __all__ = ["Book"]
 
 
 class Book:
-    def __init__(self, config: BalloonsConfig, near: Nearness, assignable: CPUSet, reserved: CPUSet) -> None:
+    def __init__(self, config: BalloonsConfig, near: Nearness, assignable: CPUSet, reserved: CPUSet,
+                 mems: MemsOf | None = None) -> None:
         self.config = config
         self.near = near
-        self.mems = MemsOf(near.topology)
+        self.mems = mems or MemsOf(near.topology)
         self.assignable = assignable  # what balloons other than reserved are made of
         self.reserved = reserved
         self._prefer = {t.name: near.kind_cpus(t.priority) for t in config.types}
@@ -36,6 +37,13 @@ class Book:
         self.member: dict[str, Balloon] = {}
         self.fallback: set[str] = set()  # members placed best-effort in a balloon not of their type
         self.free = assignable
+
+    def emptied(self) -> Book:
+        """A new book of the same configuration and CPUs, cleared (see `clear`); this one
+        is left as it is (a refused restore puts it back)."""
+        book = Book(self.config, self.near, self.assignable, self.reserved, self.mems)
+        book.clear()
+        return book
 
     def clear(self) -> None:
         self.balloons.clear()

@@ -12,14 +12,15 @@ engine); kubelet's call never fails for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, namespace_ok, preference, type_for
 from cri_resmgr.policy.balloons.book import Book
 from cri_resmgr.policy.balloons.isolation import dedicated, dedicated_balloon, reclaim
 from cri_resmgr.policy.balloons.resize import resize
-from cri_resmgr.policy.balloons.restore import restore
+from cri_resmgr.policy.balloons.restore import BalloonsRules
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
@@ -222,11 +223,22 @@ class BalloonsPolicy:
     # -- restoring -------------------------------------------------------------------------------
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
+        """policy/restore.py's procedure with this policy's rules (restore.py); a restore
+        moves no CPUs of balloons to make room for a dedicated container (`_make_room`)."""
         self._restoring = True
         try:
-            return restore(self, items, live)
+            return restoring.restore(self, BalloonsRules(self), items, live)
         finally:
             self._restoring = False
+
+    def start_afresh(self) -> Callable[[], None]:
+        """An empty book (restore.py); returns what puts back the one in force now."""
+        before = self._book
+        self._book = before.emptied()
+
+        def undo() -> None:
+            self._book = before
+        return undo
 
     # -- queries -------------------------------------------------------------------------------
 
