@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["BalloonsRules", "saved_balloon"]
 
 
-def saved_balloon(a: Assignment | None) -> tuple[str, int, CPUSet] | None:
-    """(type, index, CPUs) from a saved assignment; None when it is not one of ours."""
+def saved_balloon(a: Assignment | None, parsed: dict[str, CPUSet] | None = None) -> tuple[str, int, CPUSet] | None:
+    """(type, index, CPUs) from a saved assignment; None when it is not one of ours.
+    `parsed`: CPU lists already parsed (a balloon's members all carry its list)."""
     if a is None:
         return None
     d = a.details
@@ -50,10 +51,15 @@ def saved_balloon(a: Assignment | None) -> tuple[str, int, CPUSet] | None:
     prefix = f"{type_name}["
     if not (name.startswith(prefix) and name.endswith("]") and name[len(prefix):-1].isdigit()):
         return None
-    try:
-        return type_name, int(name[len(prefix):-1]), CPUSet.parse(cpus)
-    except ValueError:
-        return None
+    got = parsed.get(cpus) if parsed is not None else None
+    if got is None:
+        try:
+            got = CPUSet.parse(cpus)
+        except ValueError:
+            return None
+        if parsed is not None:
+            parsed[cpus] = got
+    return type_name, int(name[len(prefix):-1]), got
 
 
 class BalloonsRules(Rules):
@@ -61,6 +67,8 @@ class BalloonsRules(Rules):
         self.name = policy.name
         self._policy = policy
         self._types: dict[str, BalloonType] = {}  # each container's type, worked out once
+        self._saved: dict[str, tuple[str, int, CPUSet] | None] = {}  # and its saved balloon, parsed once
+        self._parsed: dict[str, CPUSet] = {}  # the saved balloons' CPU lists
         self._rebuilt: dict[str, CPUSet] = {}  # balloon name -> its saved CPUs
 
     @property
@@ -74,11 +82,16 @@ class BalloonsRules(Rules):
             t = self._types[w.key] = type_for(book.config, w, bool(book.reserved))[0]
         return t
 
+    def _saved_balloon(self, w: Workload, a: Assignment | None) -> tuple[str, int, CPUSet] | None:
+        if w.key not in self._saved:
+            self._saved[w.key] = saved_balloon(a, self._parsed)
+        return self._saved[w.key]
+
     def _kept_type(self, w: Workload, a: Assignment | None) -> BalloonType:
         """Its type; default where it was placed best-effort when its type had no room (it
         stays there), unless it belongs on the reserved CPUs."""
         t = self._type(w)
-        saved = saved_balloon(a)
+        saved = self._saved_balloon(w, a)
         if (t.name not in (RESERVED, DEFAULT) and saved is not None and saved[0] == DEFAULT
                 and a is not None and a.details.get("fallback")):
             return self._book.config.default
@@ -91,7 +104,7 @@ class BalloonsRules(Rules):
         t = self._kept_type(workload, saved)
         if t.name == RESERVED:
             return None  # the reserved balloon, saved or not
-        balloon = saved_balloon(saved)
+        balloon = self._saved_balloon(workload, saved)
         if balloon is None:
             return "nothing saved" if saved is None else "not a balloon"
         type_name, index, cpus = balloon
@@ -121,7 +134,7 @@ class BalloonsRules(Rules):
         if t.name == RESERVED:
             _join(book.by_type[RESERVED][0], workload, book)
             return
-        balloon = saved_balloon(saved)
+        balloon = self._saved_balloon(workload, saved)
         assert balloon is not None and saved is not None  # validate() refuses the rest
         _, index, cpus = balloon
         name = f"{t.name}[{index}]"
