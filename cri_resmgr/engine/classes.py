@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import short
 from cri_resmgr.classes import blockio, cgroups, rdtplan
 from cri_resmgr.classes.hostfs import HostFiles
@@ -27,10 +26,10 @@ from cri_resmgr.classes.rdt import ResctrlWriter
 from cri_resmgr.classes.select import KINDS, Choice, annotation_key, choose
 from cri_resmgr.config.classes import ClassConfigError
 from cri_resmgr.config.schema import Config, ConfigError
-from cri_resmgr.engine import adopt, messages
+from cri_resmgr.engine import adopt
 from cri_resmgr.engine.cache import Cache, ContainerRecord
+from cri_resmgr.engine.core import Bystander, StartStep
 from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
-from cri_resmgr.transport.contract import Interceptor, Request
 
 log = logging.getLogger(__name__)
 
@@ -315,9 +314,9 @@ class ClassControl:
         return True
 
 
-class ClassesOnly:
-    """Classes under a policy that decides nothing (`none`): the one interceptor
-    (StartContainer) and a cache of the runtime's containers kept from its lists, so the
+class ClassesOnly(Bystander):
+    """Classes under a policy that decides nothing (`none`): a core that takes one event
+    (StartContainer), with a cache of the runtime's containers kept from its lists, so the
     class controller has the pods' annotations and QoS classes it chooses by."""
 
     def __init__(self, classes: ClassControl, runtime: RuntimePort, reserved_namespaces: tuple[str, ...]):
@@ -326,22 +325,21 @@ class ClassesOnly:
         self._reserved = reserved_namespaces
         self.cache = Cache()
 
-    def interceptors(self) -> dict[str, Interceptor]:
-        return {"StartContainer": self._start}
+    @property
+    def events(self) -> frozenset[str]:
+        return frozenset({"StartContainer"})
 
-    async def _start(self, req: Request) -> pb.StartContainerResponse:
-        m = messages.request(req, pb.StartContainerRequest)
-        reply = await messages.forward(req, m, pb.StartContainerResponse)
+    async def start(self, container_id: str, start: StartStep) -> None:
+        await start()
         try:
             await self.refresh()
-            c = self.cache.by_id(m.container_id)
+            c = self.cache.by_id(container_id)
             if c is not None:
                 await self._classes.started(c)
         except RuntimeFailure as e:  # the next reconcile tries again
-            log.warning("block I/O and RDT classes of container %s: %s", m.container_id[:12], e.details)
+            log.warning("block I/O and RDT classes of container %s: %s", container_id[:12], e.details)
         except Exception:  # a bug here must not fail the container's start
-            log.exception("enforcing the block I/O and RDT classes of container %s failed", m.container_id[:12])
-        return reply
+            log.exception("enforcing the block I/O and RDT classes of container %s failed", container_id[:12])
 
     async def refresh(self) -> None:
         """The cache follows the runtime's running containers (new ones asked about once)."""

@@ -25,7 +25,7 @@ from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
+from cri_resmgr.engine import adopt, cri, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
@@ -380,7 +380,7 @@ class Controller:
         wanted = bool(config.blockio.classes or config.rdt.partitions)
         if wanted and self._classes_only is None:
             self._classes_only = ClassesOnly(self._classes, self._runtime, config.policy.reserved_namespaces)
-            self._feed.reconfigure(interceptors=self._classes_only.interceptors())
+            self._feed.reconfigure(interceptors=cri.interceptors(self._classes_only))
         if self._classes_only is not None:
             try:
                 await self._classes_only.sync()  # without classes: clears what the last ones wrote
@@ -470,7 +470,7 @@ class Controller:
                 old.retire()
             self._resmgr = resmgr
             self._policy_name = name
-            self._feed.reconfigure(interceptors=resmgr.interceptors())
+            self._feed.reconfigure(interceptors=cri.interceptors(resmgr))
 
     async def _switch_to_none(self, name: str) -> None:
         """The none policy: intercept nothing, give containers all CPUs back."""

@@ -1,9 +1,12 @@
-"""The resource manager: interceptors that keep the cache, ask the policy, and
-enforce its decisions on the container being created and on the others.
+"""The resource manager: the engine's core (`engine/core.py`'s `Core`) under a policy.
+For each runtime event a front end hands in, in the engine's own forms, it keeps
+the cache, asks the policy, and enforces its decisions on the other containers;
+it returns the decision for the container itself. It knows no front end: the
+relay's CRI adapter is `engine/cri.py`, the NRI plugin's hooks `nri/hooks.py`.
 
 Allocation changes are serialized by one lock; the lock is never held across a
-runtime call: a CreateContainer is allocated first, forwarded, and its
-allocation released if the runtime refuses it. Passthrough calls never see it.
+runtime call: a container is allocated first, created by the runtime (the step
+the front end gives in), and its allocation released if the runtime refuses it.
 """
 
 from __future__ import annotations
@@ -14,36 +17,45 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import grpc
 from google.protobuf import json_format
-from google.protobuf.message import Message
 
 from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, exits, messages, realcpuset, resize, timers
+from cri_resmgr.engine import adopt, classify, describe, realcpuset, resize, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.classes import ClassControl
+from cri_resmgr.engine.core import (
+    CONTAINER_EVENTS,
+    EXITS,
+    POD_EVENTS,
+    ContainerSpec,
+    CreateStep,
+    PolicyFailed,
+    ResizeRefused,
+    StartStep,
+    UpdateStep,
+    write_cpuset,
+)
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.policy import resize as policy_resize
 from cri_resmgr.policy.api import Assignment, Decision, Policy, ResizeError, Resources, Workload
 from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.transport.contract import InterceptError, Interceptor, Request
 
 log = logging.getLogger(__name__)
-
-M = TypeVar("M", bound=Message)
 
 # Saves are coalesced: at most one state write per this many seconds, written
 # and fsynced off the event loop, so kubelet's calls never wait on the disk.
 # A crash in between loses nothing that matters: start-up adoption takes in
 # containers the saved state does not know.
 SAVE_DELAY = 0.1
+# Every event, and containers seen exited.
+EVENTS = POD_EVENTS | CONTAINER_EVENTS | {EXITS}
 
 
 @dataclass
@@ -78,9 +90,9 @@ class _Counts:
 
 
 class ResourceManager:
-    """The interceptors of one policy. `lock` serializes allocation changes; the
-    controller passes the same lock to a manager's successor, so that the two
-    never change allocations at the same time during a switch."""
+    """The engine's core under one policy (an `engine.core.Core`). `lock` serializes
+    allocation changes; the controller passes the same lock to a manager's successor,
+    so that the two never change allocations at the same time during a switch."""
 
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
                  lock: asyncio.Lock, options: Options | None = None,
@@ -137,46 +149,24 @@ class ResourceManager:
                             containers=len(self._cache.containers),
                             decision_latency=self._decision_latency.snapshot())
 
-    # -- the interception table ---------------------------------------------------
+    # -- the events the front ends hand in (engine/core.py) ---------------------------
 
-    def interceptors(self) -> dict[str, Interceptor]:
-        return {
-            "RunPodSandbox": self._run_pod,
-            "StopPodSandbox": self._stop_pod,
-            "RemovePodSandbox": self._remove_pod,
-            "CreateContainer": self._create,
-            "StartContainer": self._start,
-            "StopContainer": self._stop,
-            "RemoveContainer": self._remove,
-            "UpdateContainerResources": self._update,
-            **exits.interceptors(self._on_exit),  # ListContainers, ContainerStatus
-        }
+    @property
+    def events(self) -> frozenset[str]:
+        return EVENTS
 
     # -- pods ---------------------------------------------------------------------
 
-    async def _run_pod(self, req: Request) -> pb.RunPodSandboxResponse:
-        m = messages.request(req, pb.RunPodSandboxRequest)
-        reply = await messages.forward(req, m, pb.RunPodSandboxResponse)
-        cfg = m.config
+    async def pod_started(self, pod: PodRecord) -> None:
         async with self._lock:
-            self._cache.add_pod(PodRecord(
-                id=reply.pod_sandbox_id, name=cfg.metadata.name, namespace=cfg.metadata.namespace,
-                uid=cfg.metadata.uid, cgroup_parent=cfg.linux.cgroup_parent,
-                annotations=dict(cfg.annotations), labels=dict(cfg.labels)))
+            self._cache.add_pod(pod)
             self._save()
-        return reply
 
-    async def _stop_pod(self, req: Request) -> pb.StopPodSandboxResponse:
-        m = messages.request(req, pb.StopPodSandboxRequest)
-        reply = await messages.forward(req, m, pb.StopPodSandboxResponse)
-        await self._release_pod(m.pod_sandbox_id, remove=False)
-        return reply
+    async def pod_stopped(self, pod_id: str) -> None:
+        await self._release_pod(pod_id, remove=False)
 
-    async def _remove_pod(self, req: Request) -> pb.RemovePodSandboxResponse:
-        m = messages.request(req, pb.RemovePodSandboxRequest)
-        reply = await messages.forward(req, m, pb.RemovePodSandboxResponse)
-        await self._release_pod(m.pod_sandbox_id, remove=True)
-        return reply
+    async def pod_removed(self, pod_id: str) -> None:
+        await self._release_pod(pod_id, remove=True)
 
     async def _release_pod(self, pod_id: str, remove: bool) -> None:
         async with self._lock:
@@ -192,14 +182,17 @@ class ResourceManager:
 
     # -- containers ---------------------------------------------------------------
 
-    async def _create(self, req: Request) -> pb.CreateContainerResponse:
-        m = messages.request(req, pb.CreateContainerRequest)
-        cfg = m.config
-        key = f"{m.pod_sandbox_id}:{cfg.metadata.name}:{cfg.metadata.attempt}"
-        pod = self._cache.pods.get(m.pod_sandbox_id) or self._pod_from(m.pod_sandbox_id, m.sandbox_config)
-        res = cfg.linux.resources
-        w = self._workload(key, pod, m)
+    async def create(self, spec: ContainerSpec, create: CreateStep) -> Resources | None:
+        """The policy's decision for a new container, made and recorded before the
+        runtime creates it (`create`, without the lock), released if the runtime refuses."""
+        key = spec.key
+        pod = self._cache.pods.get(spec.pod.id)
+        if pod is None:  # a pod the engine has not seen run: as the create describes it
+            pod = spec.pod
+            self._cache.add_pod(pod)
+        w = self._workload(key, pod, spec)
 
+        placed: Resources | None = None
         async with self._lock:
             old = self._cache.containers.get(key)
             changed: set[str] = set()
@@ -207,26 +200,34 @@ class ResourceManager:
                 changed |= self._release(old)
                 self._cache.remove_container(key)
             try:
-                decision, w = self._allocate(w, lambda: self._workload(key, pod, m, plain=True))
+                decision: Decision | None
+                decision, w = self._allocate(w, lambda: self._workload(key, pod, spec, plain=True))
             except Exception as e:
                 self._sync(changed, f"the policy's failure on {w}")
-                return await self._policy_failed(req, str(w), e)
-            if decision.warning:
-                self._denied(w, decision.warning)
-            record = ContainerRecord(key=key, pod_id=m.pod_sandbox_id, name=cfg.metadata.name, workload=w)
-            self._cache.add_container(record)
-            if decision.resources is not None:
-                if self._options.dry_run:
-                    self._would(w, decision.resources)
-                else:
-                    self._placed(w, decision.resources)
-                    _apply(res, decision.resources)
-                    self._applied[key] = decision.resources
-            record.resources = json_format.MessageToDict(res, preserving_proto_field_name=True)
-            self._linux[key] = _copy(res)
-            changed |= set(decision.others)
+                self._policy_failed(str(w), e)  # raises under FailClosed
+                decision = None
+            if decision is not None:
+                if decision.warning:
+                    self._denied(w, decision.warning)
+                record = ContainerRecord(key=key, pod_id=spec.pod.id, name=spec.name, workload=w)
+                self._cache.add_container(record)
+                linux = _copy(spec.resources)
+                if decision.resources is not None:
+                    if self._options.dry_run:
+                        self._would(w, decision.resources)
+                    else:
+                        self._placed(w, decision.resources)
+                        write_cpuset(linux, decision.resources)
+                        self._applied[key] = decision.resources
+                        placed = decision.resources
+                record.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
+                self._linux[key] = linux
+                changed |= set(decision.others)
+        if decision is None:  # fail-open: created as it was asked, not tracked
+            await create(None)
+            return None
         try:
-            reply = await messages.forward(req, m, pb.CreateContainerResponse)
+            container_id = await create(placed)
         except BaseException:
             async with self._lock:
                 changed |= self._release(record)
@@ -235,14 +236,14 @@ class ResourceManager:
             raise
         async with self._lock:
             if self._cache.containers.get(key) is record:
-                self._cache.set_id(key, reply.container_id)
+                self._cache.set_id(key, container_id)
                 record.state = "created"
                 # Others created concurrently may have changed this one meanwhile.
                 changed.add(key)
             self._sync(changed, f"creating {w}")
             self._save(key)
             self._timer.rearm()
-        return reply
+        return placed
 
     def _allocate(self, w: Workload, plain: Callable[[], Workload]) -> tuple[Decision, Workload]:
         """The policy's decision for `w` (lock held). Should the policy fail on it, the
@@ -267,34 +268,33 @@ class ResourceManager:
         self._counts.decisions += 1
         return decision
 
-    def _workload(self, key: str, pod: PodRecord, m: pb.CreateContainerRequest, plain: bool = False) -> Workload:
+    def _workload(self, key: str, pod: PodRecord, spec: ContainerSpec, plain: bool = False) -> Workload:
         """The container as the policy sees it; `plain`: by its CRI resources alone."""
-        cfg, res = m.config, m.config.linux.resources
+        res = spec.resources
         build = classify.plain if plain else classify.workload_or_plain
         return build(
-            key=key, namespace=pod.namespace, pod=pod.name, container=cfg.metadata.name,
-            cgroup_parent=pod.cgroup_parent or m.sandbox_config.linux.cgroup_parent,
-            pod_annotations=pod.annotations or dict(m.sandbox_config.annotations),
-            container_annotations=dict(cfg.annotations),
-            labels={**(pod.labels or dict(m.sandbox_config.labels)), **cfg.labels},
+            key=key, namespace=pod.namespace, pod=pod.name, container=spec.name,
+            cgroup_parent=pod.cgroup_parent or spec.pod.cgroup_parent,
+            pod_annotations=pod.annotations or dict(spec.pod.annotations),
+            container_annotations=dict(spec.annotations),
+            labels={**(pod.labels or dict(spec.pod.labels)), **spec.labels},
             cri_resources=classify.requirements_from_cri(
                 res.cpu_shares, res.cpu_quota, res.cpu_period, res.memory_limit_in_bytes),
             reserved_namespaces=self._options.reserved_namespaces,
-            pod_resources=classify.pod_level(m.sandbox_config.linux))
+            pod_resources=spec.pod_resources)
 
-    async def _start(self, req: Request) -> pb.StartContainerResponse:
+    async def start(self, container_id: str, start: StartStep) -> None:
         """The start is bracketed for the enforcer: an update of this container on
         the wire meanwhile may reach only its spec, and is sent again after (enforce.py)."""
-        m = messages.request(req, pb.StartContainerRequest)
         enforcer = self._enforcer
         if enforcer is not None:
-            enforcer.starting(m.container_id)
+            enforcer.starting(container_id)
         try:
-            reply = await messages.forward(req, m, pb.StartContainerResponse)
+            await start()
         finally:
             if enforcer is not None:
-                enforcer.started(m.container_id)
-        c = self._cache.by_id(m.container_id)
+                enforcer.started(container_id)
+        c = self._cache.by_id(container_id)
         if c is not None and c.state != "exited":
             c.state = "running"
             if self._classes is not None:  # block I/O and RDT classes, before kubelet hears of the start
@@ -302,39 +302,26 @@ class ResourceManager:
                     await self._classes.started(c)
                 except Exception:  # a bug there must not fail the container's start
                     log.exception("%s: enforcing its block I/O and RDT classes failed", c.workload)
-        return reply
 
-    async def _stop(self, req: Request) -> pb.StopContainerResponse:
-        m = messages.request(req, pb.StopContainerRequest)
-        return await self._forward_then_release(req, m.container_id, pb.StopContainerResponse, drop=False)
+    async def stopped(self, container_id: str) -> None:
+        await self._released_by_id(container_id, drop=False)
 
-    async def _remove(self, req: Request) -> pb.RemoveContainerResponse:
-        m = messages.request(req, pb.RemoveContainerRequest)
-        return await self._forward_then_release(req, m.container_id, pb.RemoveContainerResponse, drop=True)
+    async def removed(self, container_id: str) -> None:
+        await self._released_by_id(container_id, drop=True)
 
-    async def _forward_then_release(self, req: Request, container_id: str, kind: type[M], drop: bool) -> M:
-        """Releases the container's CPUs once the runtime has stopped or removed it;
-        a container the runtime no longer knows is dropped either way."""
-        try:
-            reply = await messages.forward(req, req.message, kind)
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                await self._released_by_id(container_id, drop=True)
-            raise
-        await self._released_by_id(container_id, drop=drop)
-        return reply
-
-    async def _update(self, req: Request) -> pb.UpdateContainerResourcesResponse:
+    async def update(self, container_id: str, linux: pb.LinuxContainerResources | None,
+                     send: UpdateStep) -> Resources | None:
         """kubelet's own updates pass, but the fields the policy owns keep its values.
         An update that resizes the container (engine/resize.py) is the policy's to
-        re-decide first: the reply carries the new cpuset, the other containers whose
-        CPUs changed get theirs, and a size that cannot be met fails the call with
-        nothing moved (kubelet shows it in the pod's resize status and retries)."""
-        m = messages.request(req, pb.UpdateContainerResourcesRequest)
-        c = self._cache.by_id(m.container_id)
-        if c is None or c.released or not m.HasField("linux"):
-            return await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
-        change = resize.read(c.workload, m.linux)
+        re-decide first: the policy's fields are the new cpuset, the other containers
+        whose CPUs changed get theirs, and a size that cannot be met raises
+        `ResizeRefused` with nothing moved (kubelet shows it in the pod's resize status
+        and retries)."""
+        c = self._cache.by_id(container_id)
+        if c is None or c.released or linux is None:
+            await send(None)
+            return None
+        change = resize.read(c.workload, linux)
         changed: set[str] = set()
         old = c.workload
         if change is not None:
@@ -349,16 +336,17 @@ class ResourceManager:
                     c.workload = change.workload
         current = self._policy.resources(c.key)
         kept = c.resources
+        keep: Resources | None = None
         if current is not None:
             merged = dict(c.resources)
-            merged.update(json_format.MessageToDict(m.linux, preserving_proto_field_name=True))
+            merged.update(json_format.MessageToDict(linux, preserving_proto_field_name=True))
             c.resources = merged
             self._linux.pop(c.key, None)  # the dict is the truth again
             if not self._options.dry_run:
-                _apply(m.linux, current)
+                keep = current
                 self._applied[c.key] = current
         try:
-            reply = await messages.forward(req, m, pb.UpdateContainerResourcesResponse)
+            await send(keep)
         except BaseException:
             if change is not None:
                 await self._resize_back(c, old, kept, change.decide, changed)
@@ -367,13 +355,14 @@ class ResourceManager:
             async with self._lock:
                 self._sync(changed, f"resizing {c.workload}")
                 self._save(c.key)
-        return reply
+        return keep
 
     def _resized(self, c: ContainerRecord, change: resize.Resize) -> set[str] | None:
         """The policy's decision for a resized container (lock held); returns the other
-        keys to sync. A refusal is the caller's gRPC error, with nothing changed. A
-        policy's failure is handled as on a create: under FailClosed the call fails;
-        else (None) kubelet's update passes with the container's placement kept."""
+        keys to sync. A refusal raises `ResizeRefused`, with nothing changed. A
+        policy's failure is handled as on a create: under FailClosed the call fails
+        (`PolicyFailed`); else (None) kubelet's update passes with the container's
+        placement kept."""
         had = self._policy.resources(c.key)
         try:
             decision = policy_resize.resize(self._policy, change.workload, self._placed_now)
@@ -383,14 +372,13 @@ class ResourceManager:
             text = (f"cri-resmgr: cannot resize {c.workload} to {change.describe()}: {e}; "
                     f"free for exclusive use: {free or 'no CPUs'}; it keeps cpuset {had.cpuset_cpus if had else '-'}")
             log.warning("%s", text)
-            raise InterceptError(grpc.StatusCode.RESOURCE_EXHAUSTED, text) from None
+            raise ResizeRefused(text) from None
         except Exception as e:  # a policy's bug: every policy puts the container back first
             self._counts.policy_errors += 1
             why = clip(str(e), 200)
             if self._options.fail_closed:
                 log.error("policy %s failed on resizing %s (fail-closed): %s", self._policy_name, c.workload, why)
-                raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self._policy_name}: {why}") \
-                    from None
+                raise PolicyFailed(self._policy_name, why) from None
             log.error("policy %s failed on resizing %s to %s: %s: %s; passing kubelet's update with its "
                       "cpuset kept (fail-open)", self._policy_name, c.workload, change.describe(),
                       type(e).__name__, why)
@@ -432,7 +420,7 @@ class ResourceManager:
             c.workload = old
             self._save(c.key)
 
-    def _on_exit(self, ids: list[str]) -> Awaitable[None] | None:
+    def on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         """Containers a reply shows exited: released (the reply's status waits) if
         any still holds what the policy gave it; None (nothing to wait for) if not."""
         if any((c := self._cache.by_id(i)) is not None and not c.released for i in ids):
@@ -519,20 +507,21 @@ class ResourceManager:
             linux.CopyFrom(kept)
         else:
             json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
-        _apply(linux, target)
+        write_cpuset(linux, target)
         fast = _with_cpuset(c.resources, linux) if kept is not None else None
         c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
         return linux
 
-    async def _policy_failed(self, req: Request, who: str, error: Exception) -> pb.CreateContainerResponse:
+    def _policy_failed(self, who: str, error: Exception) -> None:
+        """The policy failed on a new container (lock held): `PolicyFailed` under
+        FailClosed; else logged, and the container is created as it was asked."""
         self._counts.policy_errors += 1
         why = clip(str(error), 200)
         if self._options.fail_closed:
             log.error("policy %s failed on %s (fail-closed): %s", self._policy_name, who, why)
-            raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr policy {self._policy_name}: {why}")
+            raise PolicyFailed(self._policy_name, why)
         log.error("policy %s failed on %s: %s; forwarding the request unchanged (fail-open)",
                   self._policy_name, who, why)
-        return await messages.forward(req, req.message, pb.CreateContainerResponse)
 
     def _placed(self, w: Workload, r: Resources) -> None:
         """The decision for a new container, at INFO: the one per-call line above DEBUG."""
@@ -550,13 +539,6 @@ class ResourceManager:
         log.info("%s", text)
         if self._note:
             self._note(text)
-
-    def _pod_from(self, pod_id: str, sandbox: pb.PodSandboxConfig) -> PodRecord:
-        pod = PodRecord(id=pod_id, name=sandbox.metadata.name, namespace=sandbox.metadata.namespace,
-                        uid=sandbox.metadata.uid, cgroup_parent=sandbox.linux.cgroup_parent,
-                        annotations=dict(sandbox.annotations), labels=dict(sandbox.labels))
-        self._cache.add_pod(pod)
-        return pod
 
     def _save(self, *placed: str) -> None:
         """Marks the state dirty and makes sure a deferred save will run (lock held).
@@ -767,14 +749,6 @@ class ResourceManager:
             self._sync(set(decision.others), "the policy's timer")
             self._save()
             self._timer.rearm()
-
-
-def _apply(linux: pb.LinuxContainerResources, r: Resources) -> None:
-    """Sets the policy's fields (a CPUSet formats its text once: a change of the shared
-    pool gives a thousand containers the same one)."""
-    linux.cpuset_cpus = str(r.cpuset_cpus)
-    if r.cpuset_mems is not None:
-        linux.cpuset_mems = r.cpuset_mems
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:

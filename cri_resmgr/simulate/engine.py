@@ -25,6 +25,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr.config import Config
+from cri_resmgr.engine import cri
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.controller import build_policy
 from cri_resmgr.engine.resmgr import Options, ResourceManager
@@ -143,7 +144,7 @@ async def _run(calls: Iterable[Call], name: str, policy: RecordingPolicy, cache:
                topology: Topology, config: Config, checker: Checker, capture: _Capture, keep_steps: bool,
                check_every: int, progress: Callable[[int], None] | None) -> Outcome:
     resmgr = ResourceManager(name, policy, cache, None, asyncio.Lock(), options)
-    table = resmgr.interceptors()
+    table = cri.interceptors(resmgr)
     # The calls may come as they are made (a churn): counted as they go.
     out = Outcome(name, policy, cache, topology, config, 0, 0, [], [], [], 0.0, 0, [], [], checker, 0,
                   available=checker.available, reserved=checker.reserved)

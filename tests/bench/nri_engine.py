@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config import parse_document
+from cri_resmgr.engine import cri
 from cri_resmgr.engine import resmgr as resmgr_module
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.controller import build_policy
@@ -54,7 +55,7 @@ async def _cpu(work: Callable[[], Awaitable[T]]) -> tuple[T, float]:
 class _Bench:
     def __init__(self, work: Path, up: Upstream, resmgr: ResourceManager, enforcer: Enforcer):
         self.work, self.up, self.resmgr, self.enforcer = work, up, resmgr, enforcer
-        self.create = resmgr.interceptors()["CreateContainer"]
+        self.create = cri.interceptors(resmgr)["CreateContainer"]
         self.n = 0
 
     async def container(self, qos: str) -> None:

@@ -16,7 +16,7 @@ from fake_cri import FakeCRI
 
 from cri_resmgr.config import ConfigError, EngineSettings, parse_document
 from cri_resmgr.engine.controller import Controller
-from cri_resmgr.metrics import EngineCollector
+from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.policy.registry import default_registry
 from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.transport.grpcrelay import GrpcRelay

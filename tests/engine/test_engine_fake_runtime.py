@@ -17,7 +17,7 @@ from fake_cri import FakeCRI
 from cri_resmgr.config import EngineSettings, parse_document
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import Controller, EngineStats
-from cri_resmgr.metrics import EngineCollector
+from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
 from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.topology.cpuset import CPUSet

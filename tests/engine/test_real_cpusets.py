@@ -15,7 +15,7 @@ from test_engine_fake_runtime import STATIC, Engine, besteffort, guaranteed
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.realcpuset import CgroupReader, RealCpuset
-from cri_resmgr.metrics import EngineCollector
+from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.topology.cpuset import CPUSet
 
 CID = "c0ffee" * 10 + "abcd"

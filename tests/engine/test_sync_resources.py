@@ -5,7 +5,8 @@ import pytest
 from google.protobuf import json_format
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.engine.resmgr import _apply, _copy, _with_cpuset
+from cri_resmgr.engine.core import write_cpuset
+from cri_resmgr.engine.resmgr import _copy, _with_cpuset
 from cri_resmgr.policy.api import Resources
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -29,7 +30,7 @@ def _canonical(d: dict) -> dict:
 
 def _old_way(saved: dict, target: Resources) -> tuple[pb.LinuxContainerResources, dict]:
     linux = json_format.ParseDict(saved, pb.LinuxContainerResources(), ignore_unknown_fields=True)
-    _apply(linux, target)
+    write_cpuset(linux, target)
     return linux, json_format.MessageToDict(linux, preserving_proto_field_name=True)
 
 
@@ -40,7 +41,7 @@ def test_a_kept_message_changed_gives_what_parsing_the_saved_dict_gave(saved, ta
     want_linux, want_saved = _old_way(saved, target)
     kept = json_format.ParseDict(saved, pb.LinuxContainerResources())
     linux = _copy(kept)
-    _apply(linux, target)
+    write_cpuset(linux, target)
     assert linux == want_linux
     fast = _with_cpuset(saved, linux)
     if fast is None:  # a cpuset key comes or goes: the engine re-encodes

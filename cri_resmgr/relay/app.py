@@ -8,14 +8,15 @@ import signal
 from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
-from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock, supervise
-from cri_resmgr.agent_client import AgentClient
+from cri_resmgr import __version__, supervise
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.engine.controller import AgentConfig, Controller
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
+from cri_resmgr.frontend import health, metrics, nodeexport, sdnotify, statelock
+from cri_resmgr.frontend.agent_client import AgentClient
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.status import endpoint
@@ -26,7 +27,8 @@ from cri_resmgr.transport.grpcrelay import GrpcRelay
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.upstream import Upstream
 
-log = logging.getLogger(__name__)
+# The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
+log = logging.getLogger("cri_resmgr.app")
 
 STOP_GRACE_SECONDS = 5.0
 RUNTIME_PROBE_PERIOD = 5.0  # seconds between the relay's own Version calls (metrics' runtime_up)
