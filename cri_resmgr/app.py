@@ -17,6 +17,7 @@ from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.engine.controller import AgentConfig, Controller
+from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.status import endpoint
 from cri_resmgr.transport import sockets
@@ -205,7 +206,7 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     def make_dumper(specs: list[str], file: str | None, fmt: str, redact: bool) -> Dumper:
         return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods, max_size=settings.dump_max_size)
 
-    controller = Controller(settings.engine(), registry, relay, primary, make_dumper, set_debug)
+    controller = Controller(settings.engine(), registry, TransportFeed(relay), primary, make_dumper, set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:

@@ -61,26 +61,11 @@ def cri_resources(r: api.LinuxResources) -> pb.LinuxContainerResources:
         memory_limit_in_bytes=max(r.memory.limit.value, 0), cpuset_cpus=r.cpu.cpus, cpuset_mems=r.cpu.mems)
 
 
-def sandbox_config(p: api.PodSandbox) -> pb.PodSandboxConfig:
-    linux = pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent)
-    if p.linux.HasField("pod_resources"):  # pod-level resources (KEP-2837)
-        linux.resources.CopyFrom(cri_resources(p.linux.pod_resources))
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=p.name, uid=p.uid, namespace=p.namespace),
-        labels=dict(p.labels), annotations=dict(p.annotations), linux=linux)
-
-
 def cri_container(c: api.Container) -> pb.Container:
     return pb.Container(id=c.id, pod_sandbox_id=c.pod_sandbox_id,
                         metadata=pb.ContainerMetadata(name=c.name, attempt=attempt(c)),
                         state=_STATES.get(c.state, pb.CONTAINER_UNKNOWN),
                         labels=dict(c.labels), annotations=dict(c.annotations))
-
-
-def container_config(c: api.Container) -> pb.ContainerConfig:
-    return pb.ContainerConfig(metadata=pb.ContainerMetadata(name=c.name, attempt=attempt(c)),
-                              labels=dict(c.labels), annotations=dict(c.annotations),
-                              linux=pb.LinuxContainerConfig(resources=cri_resources(c.linux.resources)))
 
 
 def cpuset_update(container_id: str, linux: pb.LinuxContainerResources) -> api.ContainerUpdate:
