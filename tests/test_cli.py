@@ -131,7 +131,7 @@ def test_print_config_checks_this_nodes_hardware_and_shows_the_flags(tmp_path):
 
 
 def test_logger_debug_takes_sources_star_or_nothing():
-    from cri_resmgr import logsetup
+    from cri_resmgr.frontend import logsetup
     assert logsetup.parse_sources("policy, cache,relay") == {"policy", "cache", "relay"}
     assert logsetup.parse_sources("*") == {"*"}
     # A bare -logger-debug (the old switch, on a command line or an option file line) means '*'.
@@ -145,7 +145,7 @@ def test_logger_debug_takes_sources_star_or_nothing():
 def test_debug_sources_turn_on_ours_not_grpcs_or_asyncios():
     import logging
 
-    from cri_resmgr import logsetup
+    from cri_resmgr.frontend import logsetup
     touched = ["cri_resmgr", "cri_resmgr.policy", "cri_resmgr.engine.cache", "cri_resmgr.engine.adopt"]
     try:
         debug = logsetup.DebugSources(logsetup.parse_sources("policy,cache"))
@@ -182,8 +182,8 @@ def test_runtime_wait_timeout_fails_clearly(tmp_path):
     ("h2", "-", "FrameRelay"),
 ])
 def test_transport_choice(transport, image, expected):
-    from cri_resmgr import app
     from cri_resmgr.config import Settings
+    from cri_resmgr.relay import app
     from cri_resmgr.transport.methods import MethodTable
 
     class FakeUpstream:  # make_relay reads only .path

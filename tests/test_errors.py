@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from cri_resmgr.agent_client import AgentError, AgentUnavailableError
 from cri_resmgr.config import ConfigError
 from cri_resmgr.config.options import OptionFileError
 from cri_resmgr.dump import DumpSpecError
 from cri_resmgr.errors import CriResmgrError
+from cri_resmgr.frontend.agent_client import AgentError, AgentUnavailableError
 from cri_resmgr.policy.api import PolicyError
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.registry import UnknownPolicy

@@ -28,9 +28,9 @@ from cri_resmgr.config.sources import read_config_file
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.errors import CriResmgrError
+from cri_resmgr.frontend.printconfig import check
 from cri_resmgr.policy.api import Assignment, PolicyContext, PolicyError, QoS, Workload
 from cri_resmgr.policy.registry import default_registry
-from cri_resmgr.printconfig import check
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.harness.sysfs import generate
@@ -138,7 +138,7 @@ def our_lines(caplog: pytest.LogCaptureFixture) -> Callable[[], list[str]]:
 
 
 def test_fuzzed_configurations_are_refused_in_one_line_naming_the_file(tmp_path, topology, monkeypatch):
-    import cri_resmgr.printconfig as printconfig
+    import cri_resmgr.frontend.printconfig as printconfig
 
     monkeypatch.setattr(printconfig, "discover", lambda root: topology)
     settings = Settings(host_root=str(tmp_path))

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cri_resmgr import health
+from cri_resmgr.frontend import health
 
 
 def _free_port() -> int:

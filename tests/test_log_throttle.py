@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from cri_resmgr.logsetup import Throttle
+from cri_resmgr.frontend.logsetup import Throttle
 
 
 class _Clock:

@@ -71,7 +71,8 @@ def test_wheel_holds_no_harness_benchmark_or_test_module(wheel_names):
 
 
 def test_wheel_holds_every_layer(wheel_names):
-    for module in ("cri_resmgr/cli.py", "cri_resmgr/transport/contract.py",
+    for module in ("cri_resmgr/cli.py", "cri_resmgr/relay/cli.py", "cri_resmgr/nri/cli.py",
+                   "cri_resmgr/frontend/metrics.py", "cri_resmgr/transport/contract.py",
                    "cri_resmgr/transport/framerelay/relay.py", "cri_resmgr/engine/controller.py",
                    "cri_resmgr/config/service.py", "cri_resmgr/policy/static.py",
                    "cri_resmgr/topology/cpuallocator.py", "cri_resmgr/dump/dumper.py",

@@ -10,14 +10,14 @@ detection in kubelet's list and status replies), `cache` (pods and containers,
 saved across restarts), `classify` (pod and container -> policy Workload),
 `enforce` (updates to the other containers), `adopt` (start-up adoption of the
 runtime's running containers) and `controller` (builds and swaps them when the
-configuration changes). It uses the transport only through `transport.contract`
-and reaches the runtime through `runtime.RuntimeCalls`, so it does not know which
-front end feeds it.
+configuration changes). It uses the transport only through `transport.contract`,
+and the runtime only through its runtime port (`runtime.RuntimePort`, which each
+front end adapts), so it does not know which transport or front end feeds it.
 
 Its surface is the `controller.Controller`: built from `config.EngineSettings`,
 a `Feed` (anything with `reconfigure(engine=..., dumper=...)`, which it hands
 its core and dumper to: `cri.TransportFeed` for the relay, the NRI hooks), the
-runtime channel and a dumper factory; then
+runtime port and a dumper factory; then
 `apply`/`apply_agent`/`reload_forced`, `stats()` (an immutable
 `EngineStats`), `state()` (an immutable `snapshot.EngineState`), `config`,
 `policy_name` and `close`. Nothing outside the engine

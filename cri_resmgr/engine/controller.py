@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-import grpc
 import yaml
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
@@ -32,7 +31,7 @@ from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
-from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
 from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
@@ -128,7 +127,7 @@ class Controller:
     """Builds the resource manager, policy and dumper a configuration asks for,
     and swaps them into the feed."""
 
-    def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimeCalls,
+    def __init__(self, settings: EngineSettings, registry: Registry, feed: Feed, runtime: RuntimePort,
                  dumper_factory: DumperFactory, logger_setter: Callable[[bool], None] | None = None,
                  cgroups: realcpuset.CgroupReader | None = None, host_files: HostFiles | None = None):
         """`host_files`: where the class controllers read and write cgroup and resctrl
@@ -262,8 +261,7 @@ class Controller:
         if self._config is None:
             return "no configuration in force yet"
         try:
-            await self._runtime.call("/runtime.v1.RuntimeService/Version", pb.VersionRequest(),
-                                     pb.VersionResponse, timeout)
+            await self._runtime.version(timeout)
         except Exception as e:  # whatever the channel raises, the answer is "not ready"
             return f"runtime at {self._runtime.path} does not answer Version: {_one_line(e)}"
         return None
@@ -387,8 +385,8 @@ class Controller:
         if self._classes_only is not None:
             try:
                 await self._classes_only.sync()  # without classes: clears what the last ones wrote
-            except grpc.aio.AioRpcError as e:  # the runtime away: the reconcile and each start try again
-                log.warning("block I/O and RDT classes: cannot list the runtime's containers: %s", e.details())
+            except RuntimeFailure as e:  # the runtime away: the reconcile and each start try again
+                log.warning("block I/O and RDT classes: cannot list the runtime's containers: %s", e.details)
         if not wanted and self._classes_only is not None:
             self._classes_only = None
             self._feed.reconfigure(engine=None)
@@ -557,8 +555,7 @@ def check_sections(registry: Registry, config: Config, active: str, topology: Ca
 
 
 def _one_line(e: Exception) -> str:
-    details = getattr(e, "details", None)
-    text = details() if callable(details) else str(e)
+    text = e.details if isinstance(e, RuntimeFailure) else str(e)
     return " ".join(str(text).split()) or type(e).__name__
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from cri_resmgr import __version__, health, metrics, statelock, supervise
+from cri_resmgr import __version__, supervise
 from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
@@ -25,6 +25,7 @@ from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.config.sources import Document
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import AgentConfig, Controller
+from cri_resmgr.frontend import health, metrics, statelock
 from cri_resmgr.nri.hooks import Hooks
 from cri_resmgr.nri.plugin import Identity, Plugin
 from cri_resmgr.nri.view import NriRuntime

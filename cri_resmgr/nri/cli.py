@@ -12,15 +12,16 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from cri_resmgr import __version__, flags, logsetup, printconfig
-from cri_resmgr import cli as relay_cli
+from cri_resmgr import __version__, flags
 from cri_resmgr.config import Settings
 from cri_resmgr.config.options import OptionFileError, expand_config
 from cri_resmgr.config.sources import initial_config
 from cri_resmgr.dump import parse_specs
+from cri_resmgr.frontend import logsetup, printconfig
 from cri_resmgr.nri import app
 from cri_resmgr.nri.plugin import Identity, check_index, check_name
 from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
+from cri_resmgr.relay import cli as relay_cli
 
 PROG = "cri-resmgr-nri"
 

@@ -9,7 +9,7 @@ import os
 import grpc
 import pytest
 
-from cri_resmgr.agent_client import AgentClient, AgentError, AgentUnavailableError
+from cri_resmgr.frontend.agent_client import AgentClient, AgentError, AgentUnavailableError
 
 TAINT = {"key": "cri-resmgr/busy", "value": "yes", "effect": "NoSchedule"}
 

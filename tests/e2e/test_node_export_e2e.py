@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cri_resmgr.nodeexport import ANNOTATION
+from cri_resmgr.frontend.nodeexport import ANNOTATION
 from cri_resmgr.topology import discover
 from tests.harness.kubeapi import FakeKubeAPI
 from tests.harness.kubelet import Kubelet

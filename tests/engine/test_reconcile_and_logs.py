@@ -8,7 +8,7 @@ import logging
 from test_engine_fake_runtime import STATIC, besteffort, check_static_invariants, guaranteed
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.metrics import EngineCollector
+from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.topology.cpuset import CPUSet
 
 SHAPE = dict(sockets=1, cores_per_die=4, threads_per_core=2)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from cri_resmgr import metrics
 from cri_resmgr.config import EngineSettings, parse_document
 from cri_resmgr.engine.controller import Controller
+from cri_resmgr.frontend import metrics
 from cri_resmgr.policy.registry import default_registry
 from cri_resmgr.status import command as status
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cri_resmgr.cli import COMMAND, FALLBACK_CONFIG
+from cri_resmgr.relay.cli import COMMAND, FALLBACK_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
 

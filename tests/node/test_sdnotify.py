@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import socket
 
-from cri_resmgr import sdnotify
+from cri_resmgr.frontend import sdnotify
 
 
 def test_path_socket(sockdir):

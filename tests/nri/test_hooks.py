@@ -198,7 +198,7 @@ def test_synchronize_in_parts_is_handed_on_once_whole() -> None:
     runtime = NriRuntime("test.sock")
 
     async def synced() -> None:
-        calls.append(len(runtime.containers))
+        calls.append(len(await runtime.containers()))
 
     async def main() -> list[api.SynchronizeResponse]:
         hooks = Hooks(runtime, _nothing, synced)

@@ -1,4 +1,4 @@
-"""One front end per state directory (cri_resmgr/statelock.py)."""
+"""One front end per state directory (cri_resmgr/frontend/statelock.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from cri_resmgr import statelock
+from cri_resmgr.frontend import statelock
 
 
 def test_a_second_holder_is_refused_with_the_first_named(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     first = statelock.acquire(state, "cri-resmgr relay")
     # Another process (flock is per open file, so a child is the honest test).
-    code = ("import sys; from cri_resmgr import statelock\n"
+    code = ("import sys; from cri_resmgr.frontend import statelock\n"
             "try:\n    statelock.acquire(sys.argv[1], 'cri-resmgr NRI plugin')\n"
             "except statelock.StateDirBusy as e:\n    print(e); sys.exit(3)\n")
     done = subprocess.run([sys.executable, "-c", code, state], capture_output=True, text=True, timeout=60)

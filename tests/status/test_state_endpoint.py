@@ -16,8 +16,9 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cri_resmgr import __version__, health
+from cri_resmgr import __version__
 from cri_resmgr.engine.snapshot import EngineState
+from cri_resmgr.frontend import health
 from cri_resmgr.status import endpoint
 from tests.status.statekit import engine_state
 

@@ -9,7 +9,7 @@ from cri_resmgr.config import parse_document
 from cri_resmgr.engine import snapshot
 from cri_resmgr.engine.cache import Cache, ContainerRecord
 from cri_resmgr.engine.usage import node_usage
-from cri_resmgr.metrics import EngineCollector
+from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.status import command, view
 from tests.harness.sysfs import fake_topology
 

@@ -14,7 +14,8 @@ import os
 import socket
 from collections.abc import Mapping
 
-log = logging.getLogger(__name__)
+# The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
+log = logging.getLogger("cri_resmgr.sdnotify")
 
 ENV = "NOTIFY_SOCKET"
 

@@ -8,17 +8,18 @@ import signal
 from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
-import grpc
-
-from cri_resmgr import __version__, health, metrics, nodeexport, sdnotify, statelock, supervise
-from cri_resmgr.agent_client import AgentClient
+from cri_resmgr import __version__, supervise
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.engine.controller import AgentConfig, Controller
 from cri_resmgr.engine.cri import TransportFeed
+from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
+from cri_resmgr.frontend import health, metrics, nodeexport, sdnotify, statelock
+from cri_resmgr.frontend.agent_client import AgentClient
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.status import endpoint
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.contract import Transport
@@ -27,7 +28,8 @@ from cri_resmgr.transport.grpcrelay import GrpcRelay
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.upstream import Upstream
 
-log = logging.getLogger(__name__)
+# The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
+log = logging.getLogger("cri_resmgr.app")
 
 STOP_GRACE_SECONDS = 5.0
 RUNTIME_PROBE_PERIOD = 5.0  # seconds between the relay's own Version calls (metrics' runtime_up)
@@ -83,10 +85,10 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
         await asyncio.sleep(period)
         try:
             counts = await controller.reconcile()
-        except (grpc.aio.AioRpcError, OSError) as e:
+        except (RuntimeFailure, OSError) as e:
             if not failing:
                 log.warning("reconcile with the runtime failed: %s (retrying every %gs)",
-                            e.details() if isinstance(e, grpc.aio.AioRpcError) else e, period)
+                            e.details if isinstance(e, RuntimeFailure) else e, period)
             failing = True
             continue
         if failing:
@@ -97,7 +99,7 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
                      "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
 
 
-async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: float) -> None:
+async def _probe_runtime_every(runtime: RuntimePort, relay: Transport, period: float) -> None:
     """Version on the relay's own channel every `period` seconds, told to the transport: with
     no call passing (the none policy, a quiet node) cri_resmgr_runtime_up would otherwise say 1
     long after the runtime went away."""
@@ -105,8 +107,8 @@ async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: floa
         await asyncio.sleep(period)
         try:
             await runtime.version(timeout=RUNTIME_PROBE_TIMEOUT)
-        except grpc.aio.AioRpcError as e:
-            relay.runtime_probed(False, f"{e.code().name}: {e.details()}")
+        except RuntimeFailure as e:
+            relay.runtime_probed(False, f"{e.reason}: {e.details}")
         except OSError as e:
             relay.runtime_probed(False, str(e))
         else:
@@ -206,7 +208,8 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     def make_dumper(specs: list[str], file: str | None, fmt: str, redact: bool) -> Dumper:
         return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods, max_size=settings.dump_max_size)
 
-    controller = Controller(settings.engine(), registry, TransportFeed(relay), primary, make_dumper, set_debug)
+    port = CriRuntime(primary)
+    controller = Controller(settings.engine(), registry, TransportFeed(relay), port, make_dumper, set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:
@@ -235,7 +238,7 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
         reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
     probing = None
     if http is not None:  # runtime_up is read only there
-        probing = supervise.start("runtime probe", lambda: _probe_runtime_every(primary, relay, RUNTIME_PROBE_PERIOD))
+        probing = supervise.start("runtime probe", lambda: _probe_runtime_every(port, relay, RUNTIME_PROBE_PERIOD))
     exporting = None
     if settings.agent_socket != DISABLED and settings.agent_export_interval > 0:
         client = AgentClient(sockets.strip_scheme(settings.agent_socket))

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cri_resmgr.agent_client import AgentClient, AgentError, AgentUnavailableError
 from cri_resmgr.engine.usage import NodeUsage
+from cri_resmgr.frontend.agent_client import AgentClient, AgentError, AgentUnavailableError
 
-log = logging.getLogger(__name__)
+# The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
+log = logging.getLogger("cri_resmgr.nodeexport")
 
 ANNOTATION = "cri-resource-manager.intel.com/topology"
 CHECK_PERIOD = 1.0  # seconds between looks at the usage; cheap, no I/O

@@ -19,7 +19,8 @@ import grpc
 from cri_resmgr._proto import agent_pb2, agent_pb2_grpc
 from cri_resmgr.errors import CriResmgrError
 
-log = logging.getLogger(__name__)
+# The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
+log = logging.getLogger("cri_resmgr.agent_client")
 
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 

@@ -24,7 +24,8 @@ from wsgiref.types import StartResponse, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-log = logging.getLogger(__name__)
+# The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
+log = logging.getLogger("cri_resmgr.health")
 
 READY_WAIT = 5.0  # seconds /readyz waits for the engine's answer
 
