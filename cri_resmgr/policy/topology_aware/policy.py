@@ -87,11 +87,15 @@ class TopologyAwarePolicy:
     # -- decisions ---------------------------------------------------------------------------
 
     def allocate(self, workload: Workload) -> Decision:
+        return self._allocate(workload)
+
+    def _allocate(self, workload: Workload, held: CPUSet | None = None) -> Decision:
+        """`held`: a resized container's exclusive CPUs before, kept where they can be."""
         if workload.key in self._book:
             raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
         req = self.request(workload)
         others: dict[str, Resources] = {}
-        member, warning = self._placer.place(workload, req, self._affinity(workload, req))
+        member, warning = self._placer.place(workload, req, self._affinity(workload, req), held)
         res = self._book.add(member, others)
         self._index(member, +1)
         warnings = "; ".join((*req.warnings, *([warning] if warning else [])))
@@ -107,15 +111,17 @@ class TopologyAwarePolicy:
 
     def resize(self, workload: Workload) -> Decision:
         """In place (policy.api.Resizable): the container is placed again with its new
-        requests; when it would get fewer exclusive CPUs than it asks for, or run
-        overcommitted, it is put back as it was and ResizeError says why."""
+        requests, its exclusive CPUs from those it had (and their cores' other threads)
+        first where the pool chosen holds them; when it would get fewer exclusive CPUs
+        than it asks for, or run overcommitted, it is put back as it was and ResizeError
+        says why."""
         key = workload.key
         old = self._book.members.get(key)
         if old is None:
             raise PolicyError(f"{NAME}: cannot resize {workload} ({key}): not placed")
         released = self.release(key)
         try:
-            decision = self.allocate(workload)
+            decision = self._allocate(workload, old.exclusive)
         except BaseException:
             self._put_back(old)
             raise
