@@ -3,64 +3,30 @@ and reconcile them with the saved state (new ones added, vanished ones dropped).
 
 from __future__ import annotations
 
-import json
 import logging
 
 from google.protobuf import json_format
 
-from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
-from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
+from cri_resmgr.engine.runtime import ContainerInfo, PodInfo, RuntimePort
 
 log = logging.getLogger(__name__)
 
-V1 = "/runtime.v1.RuntimeService/"
-CRIO_CGROUP_PARENT = "io.kubernetes.cri-o.CgroupParent"
 
-
-def cgroup_parent_from_info(info: dict[str, str]) -> str:
-    """containerd: info.config.linux.cgroup_parent; CRI-O: a runtime spec annotation."""
-    try:
-        data = json.loads(info.get("info", "{}"))
-    except json.JSONDecodeError:
-        return ""
-    parent = ((data.get("config") or {}).get("linux") or {}).get("cgroup_parent")
-    if parent:
-        return str(parent)
-    spec = data.get("runtimeSpec") or {}
-    parent = (spec.get("annotations") or {}).get(CRIO_CGROUP_PARENT)
-    return str(parent or "")
-
-
-def resources_from_info(info: dict[str, str]) -> pb.LinuxContainerResources:
-    """The container's resources as its OCI runtime spec holds them."""
-    try:
-        data = json.loads(info.get("info", "{}"))
-    except json.JSONDecodeError:
-        return pb.LinuxContainerResources()
-    r = (((data.get("runtimeSpec") or {}).get("linux") or {}).get("resources") or {})
-    cpu, mem = r.get("cpu") or {}, r.get("memory") or {}
-    return pb.LinuxContainerResources(
-        cpu_period=int(cpu.get("period") or 0), cpu_quota=max(int(cpu.get("quota") or 0), 0),
-        cpu_shares=int(cpu.get("shares") or 0), memory_limit_in_bytes=max(int(mem.get("limit") or 0), 0),
-        cpuset_cpus=str(cpu.get("cpus") or ""), cpuset_mems=str(cpu.get("mems") or ""))
-
-
-async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
+async def adopt(runtime: RuntimePort, cache: Cache, reserved_namespaces: tuple[str, ...]) -> dict[str, int]:
     """Fills `cache` (which may hold saved state) from the runtime; returns counts. From
     a partial listing (`listing_complete`) nothing saved is dropped: what it does not
     name is kept as saved until an event or a later listing tells."""
-    complete = listing_complete(upstream)
-    live_pods = await _live_pods(upstream, cache)
+    complete = runtime.listing_complete
+    live_pods = await _live_pods(runtime, cache)
     cache.set_pods(live_pods if complete else {**cache.pods, **live_pods})
-    listed = await upstream.call(V1 + "ListContainers", pb.ListContainersRequest(),
-                                 pb.ListContainersResponse)
+    listed = await runtime.containers()
     seen: set[str] = set()
     added = kept = 0
-    for c in listed.containers:
-        if c.state == pb.ContainerState.CONTAINER_EXITED or c.pod_sandbox_id not in live_pods:
+    for c in listed:
+        if c.state == "exited" or c.pod_id not in live_pods:
             continue
         seen.add(c.id)
         record = cache.by_id(c.id)
@@ -70,10 +36,10 @@ async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple
             kept += 1
             continue
         try:
-            record = await _new_container(upstream, c, live_pods[c.pod_sandbox_id], reserved_namespaces)
+            record = await _new_container(runtime, c, live_pods[c.pod_id], reserved_namespaces)
         except Exception as e:  # one container the runtime cannot tell about must not stop the start
             log.warning("cannot read container %s (%s) from the runtime (%s: %s): skipped; the periodic "
-                        "reconcile adopts it", c.metadata.name, c.id[:12], type(e).__name__, clip(str(e), 160))
+                        "reconcile adopts it", c.name, c.id[:12], type(e).__name__, clip(str(e), 160))
             seen.discard(c.id)
             continue
         cache.add_container(record)
@@ -92,69 +58,63 @@ async def adopt(upstream: RuntimeCalls, cache: Cache, reserved_namespaces: tuple
     return counts
 
 
-async def unknown_containers(upstream: RuntimeCalls, cache: Cache, containers: list[pb.Container],
+async def unknown_containers(runtime: RuntimePort, cache: Cache, containers: list[ContainerInfo],
                              reserved_namespaces: tuple[str, ...]) -> list[ContainerRecord]:
     """Records for running containers the cache does not know (the periodic reconcile),
     built as at start-up; a pod the cache does not know either is asked for once."""
     records = []
     for c in containers:
-        pod = cache.pods.get(c.pod_sandbox_id)
+        pod = cache.pods.get(c.pod_id)
         if pod is None:
-            status = await upstream.call(V1 + "PodSandboxStatus",
-                                         pb.PodSandboxStatusRequest(pod_sandbox_id=c.pod_sandbox_id, verbose=True),
-                                         pb.PodSandboxStatusResponse)
-            if status.status.state != pb.PodSandboxState.SANDBOX_READY:
+            info = await runtime.pod_info(c.pod_id)
+            if not info.ready:
                 continue
-            meta = status.status.metadata
-            pod = PodRecord(id=c.pod_sandbox_id, name=meta.name, namespace=meta.namespace, uid=meta.uid,
-                            cgroup_parent=cgroup_parent_from_info(dict(status.info)),
-                            annotations=dict(status.status.annotations), labels=dict(status.status.labels))
+            pod = _record(info)
             cache.add_pod(pod)
-        records.append(await _new_container(upstream, c, pod, reserved_namespaces))
+        records.append(await _new_container(runtime, c, pod, reserved_namespaces))
     return records
 
 
-async def _live_pods(upstream: RuntimeCalls, cache: Cache) -> dict[str, PodRecord]:
+async def _live_pods(runtime: RuntimePort, cache: Cache) -> dict[str, PodRecord]:
     """The runtime's ready pods; the saved record of each is kept when it has its cgroup parent."""
-    pods = await upstream.call(V1 + "ListPodSandbox", pb.ListPodSandboxRequest(),
-                               pb.ListPodSandboxResponse)
     live: dict[str, PodRecord] = {}
-    for p in pods.items:
-        if p.state != pb.PodSandboxState.SANDBOX_READY:
+    for p in await runtime.pods():
+        if not p.ready:
             continue
         known = cache.pods.get(p.id)
         if known is None or not known.cgroup_parent:
-            status = await upstream.call(V1 + "PodSandboxStatus",
-                                         pb.PodSandboxStatusRequest(pod_sandbox_id=p.id, verbose=True),
-                                         pb.PodSandboxStatusResponse)
-            known = PodRecord(id=p.id, name=p.metadata.name, namespace=p.metadata.namespace,
-                              uid=p.metadata.uid, cgroup_parent=cgroup_parent_from_info(dict(status.info)),
-                              annotations=dict(status.status.annotations or p.annotations),
-                              labels=dict(status.status.labels or p.labels))
+            # A listing that does not tell the cgroup parent (CRI's): the pod's status does.
+            status = p if p.cgroup_parent else await runtime.pod_info(p.id)
+            known = PodRecord(id=p.id, name=p.name, namespace=p.namespace, uid=p.uid,
+                              cgroup_parent=status.cgroup_parent,
+                              annotations=dict(status.annotations or p.annotations),
+                              labels=dict(status.labels or p.labels))
         live[p.id] = known
     return live
 
 
-async def _new_container(upstream: RuntimeCalls, c: pb.Container, pod: PodRecord,
+def _record(p: PodInfo) -> PodRecord:
+    return PodRecord(id=p.id, name=p.name, namespace=p.namespace, uid=p.uid, cgroup_parent=p.cgroup_parent,
+                     annotations=dict(p.annotations), labels=dict(p.labels))
+
+
+async def _new_container(runtime: RuntimePort, c: ContainerInfo, pod: PodRecord,
                          reserved_namespaces: tuple[str, ...]) -> ContainerRecord:
     """A running container the cache did not know, with the resources its runtime spec holds."""
-    status = await upstream.call(V1 + "ContainerStatus",
-                                 pb.ContainerStatusRequest(container_id=c.id, verbose=True),
-                                 pb.ContainerStatusResponse)
-    res = resources_from_info(dict(status.info))
-    key = f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}"
+    res = (await runtime.container_detail(c.id)).resources
+    key = c.key
     w = classify.workload_or_plain(
-        key=key, namespace=pod.namespace, pod=pod.name, container=c.metadata.name,
+        key=key, namespace=pod.namespace, pod=pod.name, container=c.name,
         cgroup_parent=pod.cgroup_parent, pod_annotations=pod.annotations,
         container_annotations=dict(c.annotations),
         labels={**pod.labels, **c.labels},
         cri_resources=classify.requirements_from_cri(res.cpu_shares, res.cpu_quota, res.cpu_period,
                                                      res.memory_limit_in_bytes),
         reserved_namespaces=reserved_namespaces)
-    return ContainerRecord(key=key, pod_id=c.pod_sandbox_id, name=c.metadata.name, workload=w, id=c.id,
+    return ContainerRecord(key=key, pod_id=c.pod_id, name=c.name, workload=w, id=c.id,
                            state=_state(c),
                            resources=json_format.MessageToDict(res, preserving_proto_field_name=True))
 
 
-def _state(c: pb.Container) -> str:
-    return "running" if c.state == pb.ContainerState.CONTAINER_RUNNING else "created"
+def _state(c: ContainerInfo) -> str:
+    return "running" if c.state == "running" else "created"

@@ -1,9 +1,9 @@
 """Block I/O and RDT classes, enforced by the resource manager itself (any runtime).
 
 The class of a container is decided without I/O (`classes/select.py`); this module
-learns where the container is (its PID and cgroups path, from a verbose
-ContainerStatus: containerd's and CRI-O's info, or the NRI plugin's view of the
-runtime) and has the writers (`classes/blockio.py`, `classes/rdt.py`) put it there:
+learns where the container is (its PID and cgroups path, from the runtime port's
+detail of it: containerd's and CRI-O's verbose info under the relay, what NRI reported
+under the plugin) and has the writers (`classes/blockio.py`, `classes/rdt.py`) put it there:
 after StartContainer, for every container when a configuration is applied (start-up
 included), and in the periodic reconcile, which also moves a container's new threads
 into its RDT group and restores block I/O rules that were lost.
@@ -15,14 +15,10 @@ controller gets one warning and classes that are chosen but not enforced.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-import grpc
-
-from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import short
 from cri_resmgr.classes import blockio, cgroups, rdtplan
 from cri_resmgr.classes.hostfs import HostFiles
@@ -33,11 +29,10 @@ from cri_resmgr.config.schema import Config, ConfigError
 from cri_resmgr.engine import adopt
 from cri_resmgr.engine.cache import Cache, ContainerRecord
 from cri_resmgr.engine.core import Bystander, StartStep
-from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
 
 log = logging.getLogger(__name__)
 
-V1 = "/runtime.v1.RuntimeService/"
 # A StartContainer's reply waits for the class rules: never longer than this on the runtime.
 LOCATE_TIMEOUT = 2.0
 
@@ -63,9 +58,9 @@ class Prepared:
 
 class ClassControl:
     """One per controller; survives policy switches. `files` is the host (a dry-run
-    wraps it), `runtime` answers ContainerStatus, `note` copies what is written to the dump."""
+    wraps it), `runtime` tells where a container is, `note` copies what is written to the dump."""
 
-    def __init__(self, files: HostFiles, runtime: RuntimeCalls, note: Callable[[str], None] | None = None):
+    def __init__(self, files: HostFiles, runtime: RuntimePort, note: Callable[[str], None] | None = None):
         self._files = files
         self._runtime = runtime
         self._mode = cgroups.mode(files)
@@ -218,17 +213,16 @@ class ClassControl:
         if known is not None:
             return known
         try:
-            status = await self._runtime.call(V1 + "ContainerStatus",
-                                              pb.ContainerStatusRequest(container_id=c.id, verbose=True),
-                                              pb.ContainerStatusResponse, LOCATE_TIMEOUT)
-        except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.NOT_FOUND:  # gone: nothing to do; else the reconcile tries again
-                log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details())
+            detail = await self._runtime.container_detail(c.id, LOCATE_TIMEOUT)
+        except NotFound:
+            return None  # gone: nothing to do
+        except RuntimeFailure as e:  # the reconcile tries again
+            log.warning("%s: cannot learn where its cgroups are: ContainerStatus: %s", c.workload, e.details)
             return None
-        where = replace(where_from_info(dict(status.info)), container_id=c.id)
+        where = cgroups.Where(pid=detail.pid, cgroups_path=detail.cgroups_path, container_id=c.id)
         if where.pid <= 0 and not where.cgroups_path:
             self._warn_once("where", f"the runtime at {self._runtime.path} tells neither PID nor cgroupsPath "
-                            "in ContainerStatus' info: block I/O and RDT classes cannot be enforced")
+                            "of its containers: block I/O and RDT classes cannot be enforced")
             return None
         self._where[c.id] = where
         return where
@@ -320,28 +314,12 @@ class ClassControl:
         return True
 
 
-def where_from_info(info: Mapping[str, str]) -> cgroups.Where:
-    """PID and cgroupsPath from a verbose ContainerStatus' info (containerd, CRI-O, NRI view)."""
-    try:
-        data = json.loads(info.get("info", "{}"))
-    except json.JSONDecodeError:
-        return cgroups.Where()
-    if not isinstance(data, dict):
-        return cgroups.Where()
-    pid = data.get("pid")
-    spec = data.get("runtimeSpec")
-    linux = spec.get("linux") if isinstance(spec, dict) else None
-    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    return cgroups.Where(pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
-                         cgroups_path=path if isinstance(path, str) else "")
-
-
 class ClassesOnly(Bystander):
     """Classes under a policy that decides nothing (`none`): a core that takes one event
     (StartContainer), with a cache of the runtime's containers kept from its lists, so the
     class controller has the pods' annotations and QoS classes it chooses by."""
 
-    def __init__(self, classes: ClassControl, runtime: RuntimeCalls, reserved_namespaces: tuple[str, ...]):
+    def __init__(self, classes: ClassControl, runtime: RuntimePort, reserved_namespaces: tuple[str, ...]):
         self._classes = classes
         self._runtime = runtime
         self._reserved = reserved_namespaces
@@ -358,20 +336,18 @@ class ClassesOnly(Bystander):
             c = self.cache.by_id(container_id)
             if c is not None:
                 await self._classes.started(c)
-        except grpc.aio.AioRpcError as e:  # the next reconcile tries again
-            log.warning("block I/O and RDT classes of container %s: %s", container_id[:12], e.details())
+        except RuntimeFailure as e:  # the next reconcile tries again
+            log.warning("block I/O and RDT classes of container %s: %s", container_id[:12], e.details)
         except Exception:  # a bug here must not fail the container's start
             log.exception("enforcing the block I/O and RDT classes of container %s failed", container_id[:12])
 
     async def refresh(self) -> None:
         """The cache follows the runtime's running containers (new ones asked about once)."""
-        listed = await self._runtime.call(V1 + "ListContainers", pb.ListContainersRequest(),
-                                          pb.ListContainersResponse, LOCATE_TIMEOUT)
-        live = {c.id: c for c in listed.containers if c.state != pb.ContainerState.CONTAINER_EXITED}
+        live = {c.id: c for c in await self._runtime.containers(LOCATE_TIMEOUT) if c.state != "exited"}
         for record in self.cache:
             if record.id not in live:
                 self.cache.remove_container(record.key)
-        live_pods = {c.pod_sandbox_id for c in live.values()}  # once: not per pod (P x C on each start)
+        live_pods = {c.pod_id for c in live.values()}  # once: not per pod (P x C on each start)
         for pod_id in [p for p in self.cache.pods if p not in live_pods]:
             self.cache.remove_pod(pod_id)
         unknown = [c for c in live.values() if self.cache.by_id(c.id) is None]

@@ -18,17 +18,12 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-import grpc
-
 from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
-from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
 
 log = logging.getLogger(__name__)
-
-PATHS = ("/runtime.v1.RuntimeService/UpdateContainerResources",
-         "/runtime.v1alpha2.RuntimeService/UpdateContainerResources")
 
 
 @dataclass(frozen=True)
@@ -41,9 +36,9 @@ class UpdateStats:
 
 
 class Enforcer:
-    def __init__(self, upstream: RuntimeCalls, attempts: int = 4, backoff: float = 0.5,
+    def __init__(self, runtime: RuntimePort, attempts: int = 4, backoff: float = 0.5,
                  timeout: float = 10.0):
-        self._upstream = upstream
+        self._runtime = runtime
         self._attempts = attempts
         self._backoff = backoff
         self._timeout = timeout
@@ -128,9 +123,7 @@ class Enforcer:
 
     async def _send(self, container_id: str, resources: pb.LinuxContainerResources, name: object) -> None:
         who = _Who(name, container_id)
-        request = pb.UpdateContainerResourcesRequest(container_id=container_id, linux=resources)
         delay = self._backoff
-        path = PATHS[0]
         for attempt in range(1, self._attempts + 1):
             if container_id in self._pending:
                 return  # superseded while we were retrying
@@ -138,23 +131,19 @@ class Enforcer:
                 self._starting[container_id] = (resources, name)
             self._sending = (container_id, resources, name)
             try:
-                await self._upstream.call(path, request, pb.UpdateContainerResourcesResponse, self._timeout)
+                await self._runtime.update(container_id, resources, self._timeout)
                 self._sent += 1
                 # The engine's INFO line names the batch this is part of (resmgr._sync).
                 log.debug("updated %s: cpuset %s mems %s", who,
                           resources.cpuset_cpus, resources.cpuset_mems or "-")
                 return
-            except grpc.aio.AioRpcError as e:
-                code = e.code()
-                if code == grpc.StatusCode.UNIMPLEMENTED and path == PATHS[0]:
-                    path = PATHS[1]
-                    continue
-                if code == grpc.StatusCode.NOT_FOUND:
-                    log.info("%s is gone; update dropped", who)
-                    return
+            except NotFound:
+                log.info("%s is gone; update dropped", who)
+                return
+            except RuntimeFailure as e:
                 log.warning("updating %s failed (attempt %d/%d): %s: %s", who,
-                            attempt, self._attempts, code.name, e.details())
-            except Exception as e:  # no gRPC status (a closed channel, a bug below): retried, so
+                            attempt, self._attempts, e.reason, e.details)
+            except Exception as e:  # no runtime's answer (a closed channel, a bug below): retried, so
                 # neither this update nor the sender task (and every update after it) is lost
                 log.warning("updating %s failed (attempt %d/%d): %s: %s", who,
                             attempt, self._attempts, type(e).__name__, clip(str(e), 200))

@@ -3,7 +3,7 @@
 The transport contract carries requests and replies as plain protobuf
 `Message`s, decoded with runtime.v1 classes (v1alpha2 is wire-identical). These
 helpers check that, so the engine reads typed fields rather than assuming them.
-(The runtime channel's own calls, `Upstream.call`, are typed already.)
+(The engine's own runtime calls go through its typed runtime port, `runtime.py`.)
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ not yet running to its spec only. A container whose start was in flight then (it
 task already made from the old spec) runs on the old cpuset, while everything the
 runtime reports about it (ContainerStatus's resources, the verbose runtimeSpec)
 shows the spec. So the periodic reconcile reads the cgroup: the container's init
-pid comes once from the verbose ContainerStatus ("pid"), its cpuset cgroup from
+pid comes once from the runtime port's detail of it (under CRI: "pid" of the verbose
+ContainerStatus' info), its cpuset cgroup from
 /proc/PID/cgroup, the values from cpuset.cpus and cpuset.mems there (cgroup v1's
 cpuset hierarchy, else the unified one). A cgroup path that does not name the
 container (a reused pid, a pid of another PID namespace) is not trusted; anything
@@ -14,9 +15,7 @@ unreadable is "unknown" (None), never a difference.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,19 +31,6 @@ _MAX_READ = 64 * 1024
 class RealCpuset:
     cpus: CPUSet
     mems: CPUSet | None  # None: not readable
-
-
-def pid_from_info(info: Mapping[str, str]) -> int:
-    """The container's init pid from a verbose ContainerStatus's info (containerd and
-    CRI-O both put it at "pid" of the "info" JSON); 0 if not there."""
-    text = info.get("info", "")
-    if not text or len(text) > 16 * 1024 * 1024:
-        return 0
-    try:
-        pid = json.loads(text).get("pid")
-    except (ValueError, AttributeError, RecursionError):
-        return 0
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0
 
 
 class CgroupReader:

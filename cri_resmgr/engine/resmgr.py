@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
 
 from cri_resmgr import supervise
@@ -43,15 +42,13 @@ from cri_resmgr.engine.core import (
     write_cpuset,
 )
 from cri_resmgr.engine.enforce import Enforcer
-from cri_resmgr.engine.runtime import RuntimeCalls, listing_complete
+from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.policy import resize as policy_resize
 from cri_resmgr.policy.api import Assignment, Decision, Policy, ResizeError, Resources, Workload
 from cri_resmgr.topology.cpuset import CPUSet
 
 log = logging.getLogger(__name__)
 
-EXITED = pb.ContainerState.CONTAINER_EXITED
-RUNNING = pb.ContainerState.CONTAINER_RUNNING
 # Saves are coalesced: at most one state write per this many seconds, written
 # and fsynced off the event loop, so kubelet's calls never wait on the disk.
 # A crash in between loses nothing that matters: start-up adoption takes in
@@ -593,7 +590,7 @@ class ResourceManager:
 
     # -- reconcile with the runtime --------------------------------------------------------
 
-    async def reconcile(self, upstream: RuntimeCalls) -> dict[str, int]:
+    async def reconcile(self, runtime: RuntimePort) -> dict[str, int]:
         """Catches up with what happened behind the relay's back (crictl rm, a wiped
         containerd): containers gone from the runtime release their CPUs, exited ones
         too, and running ones the relay never saw are adopted as at start-up. Costs one
@@ -601,21 +598,19 @@ class ResourceManager:
         # Only ids known before the list was asked for can be judged missing from it:
         # a container created meanwhile gets its id after the runtime answered.
         known = {c.id for c in self._cache if c.id}
-        listed = await upstream.call(adopt.V1 + "ListContainers", pb.ListContainersRequest(),
-                                     pb.ListContainersResponse)
-        present = {c.id for c in listed.containers}
-        exited = [c.id for c in listed.containers if c.state == EXITED]
+        listed = await runtime.containers()
+        present = {c.id for c in listed}
+        exited = [c.id for c in listed if c.state == "exited"]
         keys = {c.key for c in self._cache}
-        unknown = [c for c in listed.containers if c.state != EXITED and c.id not in known
-                   and self._cache.by_id(c.id) is None
-                   and f"{c.pod_sandbox_id}:{c.metadata.name}:{c.metadata.attempt}" not in keys]
+        unknown = [c for c in listed if c.state != "exited" and c.id not in known
+                   and self._cache.by_id(c.id) is None and c.key not in keys]
         # From a partial listing (an NRI plugin not yet synchronized) absence says nothing.
-        gone = known - present if listing_complete(upstream) else set()
+        gone = known - present if runtime.listing_complete else set()
         if exited:
             await self._released_on_exit(exited)
-        new = await adopt.unknown_containers(upstream, self._cache, unknown, self._options.reserved_namespaces) \
+        new = await adopt.unknown_containers(runtime, self._cache, unknown, self._options.reserved_namespaces) \
             if unknown else []
-        resent = await self._check_real(upstream, [c.id for c in listed.containers if c.state == RUNNING])
+        resent = await self._check_real(runtime, [c.id for c in listed if c.state == "running"])
         if not gone and not new:
             return {"gone": 0, "adopted": 0, "resent": resent}
         adopted = 0
@@ -638,11 +633,11 @@ class ResourceManager:
             self._timer.rearm()
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
-    async def _check_real(self, upstream: RuntimeCalls, running: list[str]) -> int:
+    async def _check_real(self, runtime: RuntimePort, running: list[str]) -> int:
         """Sends again the policy's cpuset to running containers whose cgroup holds
         another (realcpuset.py: an update that raced a start the relay did not see
         end, or one the runtime took into the spec only); returns how many. Each
-        container's pid is asked for once (a verbose ContainerStatus); the cgroup
+        container's pid is asked for once (the runtime's detail of it); the cgroup
         files are read off the event loop."""
         if self._cgroups is None or self._enforcer is None or self._options.dry_run:
             return 0
@@ -660,12 +655,9 @@ class ResourceManager:
             pid = self._pids.get(cid)
             if pid is None:
                 try:
-                    status = await upstream.call(adopt.V1 + "ContainerStatus",
-                                                 pb.ContainerStatusRequest(container_id=cid, verbose=True),
-                                                 pb.ContainerStatusResponse)
-                except grpc.aio.AioRpcError:
+                    pid = self._pids[cid] = (await runtime.container_detail(cid)).pid
+                except RuntimeFailure:
                     continue  # gone meanwhile, or the runtime is away: the next round asks again
-                pid = self._pids[cid] = realcpuset.pid_from_info(dict(status.info))
             if pid:
                 todo.append((cid, pid))
         if not todo:

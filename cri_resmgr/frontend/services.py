@@ -22,7 +22,7 @@ from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import AgentConfig, Controller, Feed
-from cri_resmgr.engine.runtime import RuntimeCalls
+from cri_resmgr.engine.runtime import RuntimePort
 from cri_resmgr.frontend import health, metrics, nodeexport, statelock
 from cri_resmgr.frontend.agent_client import AgentClient
 from cri_resmgr.policy.registry import Registry
@@ -73,7 +73,7 @@ class Services:
             self._loop.add_signal_handler(sig, stop.set)
         return stop
 
-    def engine(self, registry: Registry, feed: Feed, runtime: RuntimeCalls, methods: MethodTable,
+    def engine(self, registry: Registry, feed: Feed, runtime: RuntimePort, methods: MethodTable,
                set_debug: Callable[[bool], None] | None) -> Controller:
         """The engine's controller, with a dumper factory that decodes `methods`; closed at the end."""
         max_size = self._settings.dump_max_size

@@ -1,50 +1,50 @@
-"""The runtime as the NRI plugin knows it, answering the engine's CRI calls.
+"""The runtime as the NRI plugin knows it: the engine's runtime port under NRI.
 
-The engine adopts, reconciles and enforces through typed CRI calls
-(`engine.runtime.RuntimeCalls`). Under NRI there is no CRI channel: the runtime
+The engine adopts, reconciles and enforces through its runtime port
+(`engine.runtime.RuntimePort`). Under NRI there is no CRI channel: the runtime
 tells the plugin its pods and containers (Synchronize, then each event), and takes
 container updates either in a hook's reply or unsolicited (UpdateContainers).
-`NriRuntime` keeps that state and answers the engine's calls from it:
-ListPodSandbox, PodSandboxStatus, ListContainers, ContainerStatus and Version from
-what NRI reported; UpdateContainerResources becomes an NRI `ContainerUpdate`,
-collected into the reply of the hook being answered (`collect`/`collected`) or
-sent with UpdateContainers when no hook is.
+`NriRuntime` keeps that state and answers the port from it: pods, containers, a
+container's resources, pid and cgroups path, and the runtime's version as NRI
+reported them; an update becomes an NRI `ContainerUpdate`, collected into the reply
+of the hook being answered (`collect`/`collected`) or sent with UpdateContainers
+when no hook is. A container's attempt and its resources in the engine's record
+form (`attempt`, `cri_resources`) serve the hooks too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
-
-import grpc
-from google.protobuf.message import Message
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.engine.runtime import (
+    DEFAULT_TIMEOUT,
+    ContainerDetail,
+    ContainerInfo,
+    ContainerState,
+    NotFound,
+    PodInfo,
+    RuntimeFailure,
+    RuntimeVersion,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=Message)
-
 RESTART_COUNT = "io.kubernetes.container.restartCount"  # kubelet's container annotation
 
-_STATES = {
-    api.CONTAINER_CREATED: pb.CONTAINER_CREATED,
-    api.CONTAINER_RUNNING: pb.CONTAINER_RUNNING,
-    api.CONTAINER_PAUSED: pb.CONTAINER_RUNNING,
-    api.CONTAINER_STOPPED: pb.CONTAINER_EXITED,
+_STATES: dict[int, ContainerState] = {
+    api.CONTAINER_CREATED: "created",
+    api.CONTAINER_RUNNING: "running",
+    api.CONTAINER_PAUSED: "running",
+    api.CONTAINER_STOPPED: "exited",
 }
 
 # Sends updates with UpdateContainers; returns the ones the runtime failed.
 SendUpdates = Callable[[list[api.ContainerUpdate]], Awaitable[list[api.ContainerUpdate]]]
-
-
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    """The error the engine handles from a runtime call."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
 
 
 def attempt(c: api.Container) -> int:
@@ -61,26 +61,6 @@ def cri_resources(r: api.LinuxResources) -> pb.LinuxContainerResources:
         memory_limit_in_bytes=max(r.memory.limit.value, 0), cpuset_cpus=r.cpu.cpus, cpuset_mems=r.cpu.mems)
 
 
-def sandbox_config(p: api.PodSandbox) -> pb.PodSandboxConfig:
-    linux = pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent)
-    if p.linux.HasField("pod_resources"):  # pod-level resources (KEP-2837)
-        linux.resources.CopyFrom(cri_resources(p.linux.pod_resources))
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=p.name, uid=p.uid, namespace=p.namespace),
-        labels=dict(p.labels), annotations=dict(p.annotations), linux=linux)
-
-
-def cri_container(c: api.Container) -> pb.Container:
-    return pb.Container(id=c.id, pod_sandbox_id=c.pod_sandbox_id,
-                        metadata=pb.ContainerMetadata(name=c.name, attempt=attempt(c)),
-                        state=_STATES.get(c.state, pb.CONTAINER_UNKNOWN),
-                        labels=dict(c.labels), annotations=dict(c.annotations))
-
-
-def container_config(c: api.Container) -> pb.ContainerConfig:
-    return pb.ContainerConfig(metadata=pb.ContainerMetadata(name=c.name, attempt=attempt(c)),
-                              labels=dict(c.labels), annotations=dict(c.annotations),
-                              linux=pb.LinuxContainerConfig(resources=cri_resources(c.linux.resources)))
 
 
 def cpuset_update(container_id: str, linux: pb.LinuxContainerResources) -> api.ContainerUpdate:
@@ -90,21 +70,27 @@ def cpuset_update(container_id: str, linux: pb.LinuxContainerResources) -> api.C
                                linux=api.LinuxContainerUpdate(resources=api.LinuxResources(cpu=cpu)))
 
 
+def container_info(c: api.Container) -> ContainerInfo:
+    return ContainerInfo(id=c.id, pod_id=c.pod_sandbox_id, name=c.name, attempt=attempt(c),
+                         state=_STATES.get(c.state, "unknown"), annotations=dict(c.annotations),
+                         labels=dict(c.labels))
+
+
 class NriRuntime:
     """The runtime's pods and containers as NRI reported them; an
-    `engine.runtime.RuntimeCalls`."""
+    `engine.runtime.RuntimePort`."""
 
     def __init__(self, socket: str):
         self._path = socket
-        self.pods: dict[str, api.PodSandbox] = {}
+        self._pods: dict[str, api.PodSandbox] = {}
         self.stopped_pods: set[str] = set()
-        self.containers: dict[str, api.Container] = {}
+        self._containers: dict[str, api.Container] = {}
         self.runtime_name = ""
         self.runtime_version = ""
         self._send: SendUpdates | None = None
         self._collecting: dict[str, api.ContainerUpdate] | None = None
         # False until the runtime's Synchronize of this session: then a container the
-        # view does not know may still run (engine.runtime.listing_complete).
+        # view does not know may still run (RuntimePort.listing_complete).
         self.listing_complete = False
         # Updates for containers the view has not heard of while it is partial: held
         # until a Synchronize says whether they exist (`synchronize`), or sent with
@@ -147,12 +133,12 @@ class NriRuntime:
     def synchronize(self, pods: Iterable[api.PodSandbox], containers: Iterable[api.Container]) -> None:
         """Everything the runtime has now; what we knew before is forgotten. Deferred
         updates of containers it names go with the next reply; the others are gone."""
-        self.pods = {p.id: p for p in pods}
+        self._pods = {p.id: p for p in pods}
         self.stopped_pods = set()
-        self.containers = {c.id: c for c in containers}
+        self._containers = {c.id: c for c in containers}
         self.listing_complete = True
         deferred, self._deferred = self._deferred, {}
-        self._carry.update({cid: u for cid, u in deferred.items() if cid in self.containers})
+        self._carry.update({cid: u for cid, u in deferred.items() if cid in self._containers})
 
     def release_deferred(self) -> list[api.ContainerUpdate]:
         """No Synchronize came: the deferred updates, to send with UpdateContainers;
@@ -162,21 +148,21 @@ class NriRuntime:
         return list(deferred.values())
 
     def knows(self, container_id: str) -> bool:
-        return container_id in self.containers
+        return container_id in self._containers
 
     def pod(self, p: api.PodSandbox) -> None:
         if p.id:
-            self.pods[p.id] = p
+            self._pods[p.id] = p
 
     def pod_stopped(self, p: api.PodSandbox) -> None:
         self.pod(p)
         self.stopped_pods.add(p.id)
 
     def pod_removed(self, pod_id: str) -> None:
-        self.pods.pop(pod_id, None)
+        self._pods.pop(pod_id, None)
         self.stopped_pods.discard(pod_id)
-        for cid in [c.id for c in self.containers.values() if c.pod_sandbox_id == pod_id]:
-            del self.containers[cid]
+        for cid in [c.id for c in self._containers.values() if c.pod_sandbox_id == pod_id]:
+            del self._containers[cid]
 
     def container(self, c: api.Container, state: int | None = None) -> None:
         if not c.id:
@@ -185,10 +171,10 @@ class NriRuntime:
         copy.CopyFrom(c)
         if state is not None:
             copy.state = state  # type: ignore[assignment]
-        self.containers[c.id] = copy
+        self._containers[c.id] = copy
 
     def container_removed(self, container_id: str) -> None:
-        self.containers.pop(container_id, None)
+        self._containers.pop(container_id, None)
 
     # -- updates -------------------------------------------------------------------------
 
@@ -205,38 +191,40 @@ class NriRuntime:
             task.add_done_callback(self._pushing.discard)
         return list(updates.values()) if updates else []
 
-    async def _update(self, request: pb.UpdateContainerResourcesRequest) -> pb.UpdateContainerResourcesResponse:
-        cid = request.container_id
-        update = cpuset_update(cid, request.linux)
-        if cid not in self.containers:
+    async def update(self, container_id: str, resources: pb.LinuxContainerResources,
+                     timeout: float = DEFAULT_TIMEOUT) -> None:
+        """The port's update: its cpuset, in the reply of the hook being answered, else
+        with UpdateContainers (held while the view is partial: see `synchronize`)."""
+        cid = container_id
+        update = cpuset_update(cid, resources)
+        if cid not in self._containers:
             if self.listing_complete:
-                raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {cid} is not known to the runtime")
+                raise NotFound(f"container {cid} is not known to the runtime")
             if self._holding:
                 self._deferred[cid] = update  # the runtime may well have it: see `synchronize`
-                return pb.UpdateContainerResourcesResponse()
+                return
             # No Synchronize is coming: sent alone, as the runtime may have it, never in a
             # hook's reply (one it does not have could fail the runtime's call); during a
             # hook, right after its reply, as a late decision's are (hooks.Hooks._late).
             if self._collecting is not None:
                 self._after_hook[cid] = update
-                return pb.UpdateContainerResourcesResponse()
-            return await self._send_alone(cid, update, grpc.StatusCode.NOT_FOUND)
+                return
+            await self._send_alone(cid, update, NotFound)
+            return
         if self._collecting is not None:
             self._collecting[cid] = update
-            return pb.UpdateContainerResourcesResponse()
-        return await self._send_alone(cid, update, grpc.StatusCode.UNKNOWN)
+            return
+        await self._send_alone(cid, update, RuntimeFailure)
 
-    async def _send_alone(self, cid: str, update: api.ContainerUpdate,
-                          failed_code: grpc.StatusCode) -> pb.UpdateContainerResourcesResponse:
+    async def _send_alone(self, cid: str, update: api.ContainerUpdate, failed: type[RuntimeFailure]) -> None:
         if self._send is None:
-            raise rpc_error(grpc.StatusCode.UNAVAILABLE, "not connected to the runtime's NRI socket")
+            raise Unavailable("not connected to the runtime's NRI socket")
         try:
-            failed = await self._send([update])
+            refused = await self._send([update])
         except Exception as e:  # the ttRPC call's failure, as the engine understands one
-            raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"UpdateContainers: {e}") from None
-        if failed:
-            raise rpc_error(failed_code, f"the runtime failed to update container {cid}")
-        return pb.UpdateContainerResourcesResponse()
+            raise Unavailable(f"UpdateContainers: {e}") from None
+        if refused:
+            raise failed(f"the runtime failed to update container {cid}")
 
     async def push(self, updates: list[api.ContainerUpdate]) -> None:
         """Sends updates with UpdateContainers now (a decision that missed its hook); logged, not raised."""
@@ -251,65 +239,35 @@ class NriRuntime:
         for u in failed:
             log.error("the runtime failed to update container %s", u.container_id)
 
-    # -- the engine's calls ----------------------------------------------------------------
+    # -- the rest of the engine's runtime port -------------------------------------------
 
-    async def call(self, path: str, request: Message, reply_type: type[R], timeout: float | None = 10.0) -> R:
-        name = path.rpartition("/")[2]
-        reply: Message
-        if name == "UpdateContainerResources" and isinstance(request, pb.UpdateContainerResourcesRequest):
-            reply = await self._update(request)
-        elif name == "Version":
-            if not self.up:
-                raise rpc_error(grpc.StatusCode.UNAVAILABLE, "not connected to the runtime's NRI socket")
-            reply = pb.VersionResponse(version="0.1.0", runtime_name=self.runtime_name or "NRI",
-                                       runtime_version=self.runtime_version, runtime_api_version="NRI")
-        elif name == "ListPodSandbox":
-            reply = pb.ListPodSandboxResponse(items=[self._cri_pod(p) for p in self.pods.values()])
-        elif name == "PodSandboxStatus" and isinstance(request, pb.PodSandboxStatusRequest):
-            reply = self._pod_status(request.pod_sandbox_id)
-        elif name == "ListContainers":
-            reply = pb.ListContainersResponse(containers=[cri_container(c) for c in self.containers.values()])
-        elif name == "ContainerStatus" and isinstance(request, pb.ContainerStatusRequest):
-            reply = self._container_status(request.container_id)
-        else:
-            raise rpc_error(grpc.StatusCode.UNIMPLEMENTED, f"{path} is not available under NRI")
-        if isinstance(reply, reply_type):  # the engine's own message types: no copy needed
-            return reply
-        return reply_type.FromString(reply.SerializeToString())
+    async def version(self, timeout: float = DEFAULT_TIMEOUT) -> RuntimeVersion:
+        if not self.up:
+            raise Unavailable("not connected to the runtime's NRI socket")
+        return RuntimeVersion(name=self.runtime_name or "NRI", version=self.runtime_version, api_version="NRI")
 
-    def _cri_pod(self, p: api.PodSandbox) -> pb.PodSandbox:
-        state = pb.SANDBOX_NOTREADY if p.id in self.stopped_pods else pb.SANDBOX_READY
-        return pb.PodSandbox(id=p.id, metadata=pb.PodSandboxMetadata(name=p.name, uid=p.uid, namespace=p.namespace),
-                             state=state, labels=dict(p.labels), annotations=dict(p.annotations))
+    async def pods(self, timeout: float = DEFAULT_TIMEOUT) -> list[PodInfo]:
+        return [self._as_info(p) for p in self._pods.values()]
 
-    def _pod_status(self, pod_id: str) -> pb.PodSandboxStatusResponse:
-        p = self.pods.get(pod_id)
+    async def pod_info(self, pod_id: str, timeout: float = DEFAULT_TIMEOUT) -> PodInfo:
+        p = self._pods.get(pod_id)
         if p is None:
-            raise rpc_error(grpc.StatusCode.NOT_FOUND, f"pod {pod_id} is not known to the runtime")
-        pod = self._cri_pod(p)
-        status = pb.PodSandboxStatus(id=p.id, metadata=pod.metadata, state=pod.state,
-                                     labels=dict(p.labels), annotations=dict(p.annotations))
-        info = {"config": {"linux": {"cgroup_parent": p.linux.cgroup_parent}}}
-        return pb.PodSandboxStatusResponse(status=status, info={"info": json.dumps(info)})
+            raise NotFound(f"pod {pod_id} is not known to the runtime")
+        return self._as_info(p)
 
-    def _container_status(self, container_id: str) -> pb.ContainerStatusResponse:
-        c = self.containers.get(container_id)
+    async def containers(self, timeout: float = DEFAULT_TIMEOUT) -> list[ContainerInfo]:
+        return [container_info(c) for c in self._containers.values()]
+
+    async def container_detail(self, container_id: str, timeout: float = DEFAULT_TIMEOUT) -> ContainerDetail:
+        c = self._containers.get(container_id)
         if c is None:
-            raise rpc_error(grpc.StatusCode.NOT_FOUND, f"container {container_id} is not known to the runtime")
-        cri = cri_container(c)
-        r = cri_resources(c.linux.resources)
-        linux: dict[str, object] = {"resources": {
-            "cpu": {"shares": r.cpu_shares, "quota": r.cpu_quota, "period": r.cpu_period,
-                    "cpus": r.cpuset_cpus, "mems": r.cpuset_mems},
-            "memory": {"limit": r.memory_limit_in_bytes}}}
-        if c.linux.cgroups_path:  # where the engine's block I/O and RDT classes go (engine/classes.py)
-            linux["cgroupsPath"] = c.linux.cgroups_path
-        spec = {"linux": linux}
-        status = pb.ContainerStatus(id=c.id, metadata=cri.metadata, state=cri.state,
-                                    labels=dict(c.labels), annotations=dict(c.annotations))
-        # The pid, as containerd's verbose status has it: the reconcile reads the real cpuset
-        # from the process's cgroup (engine/realcpuset.py), which the spec cannot show.
-        verbose: dict[str, object] = {"runtimeSpec": spec}
-        if c.pid:
-            verbose["pid"] = c.pid
-        return pb.ContainerStatusResponse(status=status, info={"info": json.dumps(verbose)})
+            raise NotFound(f"container {container_id} is not known to the runtime")
+        # The pid: the reconcile reads the real cpuset from the process's cgroup
+        # (engine/realcpuset.py), which the spec cannot show; the cgroups path is where
+        # the engine's block I/O and RDT classes go (engine/classes.py).
+        return ContainerDetail(resources=cri_resources(c.linux.resources), pid=max(c.pid, 0),
+                               cgroups_path=c.linux.cgroups_path)
+
+    def _as_info(self, p: api.PodSandbox) -> PodInfo:
+        return PodInfo(id=p.id, name=p.name, namespace=p.namespace, uid=p.uid, ready=p.id not in self.stopped_pods,
+                       cgroup_parent=p.linux.cgroup_parent, annotations=dict(p.annotations), labels=dict(p.labels))

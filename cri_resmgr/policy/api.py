@@ -157,9 +157,11 @@ class Policy(Protocol):
         assignment keep it when it is still valid; the rest are placed anew.
         The decision's `others` holds the resources of EVERY restored container.
         `live`: the assignments come from a policy running in this process that this
-        one replaces (a reconfiguration or a switch); a policy may then refuse, with
-        PolicyError naming why, a change that cannot hold the running containers.
-        Not live (start-up, from the state file): everything must be placed, best-effort."""
+        one replaces (a reconfiguration or a switch); a policy then refuses, with
+        PolicyError naming why and its state as it was, a change that cannot hold the
+        running containers. Not live (start-up, from the state file): everything must
+        be placed, best-effort. The built-in policies share the procedure of
+        policy/restore.py."""
 
     def resources(self, key: str) -> Resources | None:
         """The current resources of a known container."""

@@ -15,26 +15,29 @@ those.  All SHARED members get the very same Resources object: with a
 thousand shared containers a pool update is one `dict.fromkeys`.
 
 `PoolPolicy` is the part of the two policies that does not depend on their
-placement rules: release, restore, and the queries.  Policies are plain
+placement rules: release, resize, restore (its rules for policy/restore.py),
+and the queries.  Policies are plain
 objects with no locking: the caller serializes calls on one policy.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cri_resmgr.bounded import clip, short
+from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.resize import refusal
+from cri_resmgr.policy.restore import Rules, lost_exclusive
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 
 __all__ = [
-    "Kind", "Member", "MemsOf", "memory_nodes", "Book", "PoolPolicy", "duplicate_keys", "option_bool", "check_options",
+    "Kind", "Member", "MemsOf", "memory_nodes", "Book", "PoolPolicy", "option_bool", "check_options",
     "POOL_SHARED", "POOL_RESERVED", "POOL_EXCLUSIVE", "POOL_ISOLATED",
 ]
 
@@ -129,14 +132,15 @@ class MemsOf:
 class Book:
     """Who runs where, the shared pool's current CPUs, and the exclusive CPUs in use."""
 
-    def __init__(self, topology: Topology, shared: CPUSet, reserved: CPUSet) -> None:
-        self.mems = MemsOf(topology)
+    def __init__(self, mems: MemsOf, shared: CPUSet, reserved: CPUSet) -> None:
+        self.mems = mems
         self.members: dict[str, Member] = {}
         self._assignments: dict[str, Assignment] = {}  # the members' `assignment`s, kept along
         # Ordered sets (dicts with None values) so reports are deterministic.
         self._shared_keys: dict[str, None] = {}
         self._mixed_keys: dict[str, None] = {}
         self.used: CPUSet = CPUSet()  # all exclusive CPUs of all members
+        self._base, self._reserved = shared, reserved  # for `emptied`
         self.shared = shared
         self.shared_resources = self.mems.resources(shared)
         self.reserved_resources = self.mems.resources(reserved) if reserved else None
@@ -212,36 +216,16 @@ class Book:
             if others is not None:
                 others[key] = member.resources
 
-    def report_all(self, keys: Iterable[str], others: dict[str, Resources]) -> None:
-        for key in keys:
-            res = self.resources(key)
-            if res is not None:
-                others[key] = res
-
-    def clear(self, shared: CPUSet) -> None:
-        self.members.clear()
-        self._assignments.clear()
-        self._shared_keys.clear()
-        self._mixed_keys.clear()
-        self.used = CPUSet()
-        self.shared = shared
-        self.shared_resources = self.mems.resources(shared)
+    def emptied(self) -> Book:
+        """A new book with no members and the shared pool it started with (the memory-node
+        cache shared); this one is left as it is."""
+        return Book(self.mems, self._base, self._reserved)
 
     def _mixed_resources(self, exclusive: CPUSet) -> Resources:
         mems = self.mems
         cpus = exclusive | self.shared
         nodes = mems.nodes(exclusive) | mems.nodes(self.shared)
         return Resources(cpuset_cpus=cpus, cpuset_mems=mems.text(nodes))
-
-
-def duplicate_keys(keys: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    dups: list[str] = []
-    for key in keys:
-        if key in seen:
-            dups.append(key)
-        seen.add(key)
-    return dups
 
 
 def option_bool(options: Mapping[str, object], name: str, section: str, default: bool = False) -> bool:
@@ -278,7 +262,8 @@ class PoolPolicy:
     """What static and static-plus share: the book, release, restore, queries.
 
     A subclass sets `_book`, `_base_shared` (the shared pool with no exclusive
-    CPUs taken) and `_reserved`, and implements `allocate` and `_valid`.
+    CPUs taken) and `_reserved`, and implements `_place`, `_invalid`,
+    `_exclusive_wanted` and `_exclusive_capable`.
     """
 
     name = "pool"
@@ -292,9 +277,6 @@ class PoolPolicy:
 
     def _place(self, workload: Workload, prefer: CPUSet | None) -> Decision:  # pragma: no cover - abstract
         """Places a container not in the book; exclusive CPUs from `prefer` first."""
-        raise NotImplementedError
-
-    def _valid(self, workload: Workload, assignment: Assignment) -> bool:  # pragma: no cover
         raise NotImplementedError
 
     def _check_new(self, workload: Workload) -> None:
@@ -350,46 +332,30 @@ class PoolPolicy:
         self._book.add(key, member.kind, member.pool, member.exclusive)
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
-        dups = duplicate_keys(w.key for w, _ in items)
-        if dups:
-            raise PolicyError(f"{self.name}: restore lists containers more than once: {', '.join(dups)}")
-        book = self._book
-        book.clear(self._base_shared)
-        pending: list[Workload] = []
-        for workload, assignment in items:
-            if assignment is not None and self._valid(workload, assignment):
-                self._keep(workload.key, assignment)
-            else:
-                pending.append(workload)
-        book.set_shared(self._base_shared - book.used)
-        warnings = []
-        for workload in pending:
-            decision = self.allocate(workload)
-            if decision.warning:
-                warnings.append(decision.warning)
-        others: dict[str, Resources] = {}
-        book.report_all((w.key for w, _ in items), others)
-        return Decision(others=others, warning="; ".join(warnings) or None)
+        """policy/restore.py's procedure with _PoolRules: a saved assignment is kept when
+        `_invalid` finds nothing wrong with it; a live restore is refused when a container
+        that held all the exclusive CPUs it asks for cannot get them again."""
+        return restoring.restore(self, _PoolRules(self), items, live)
 
-    def _keep(self, key: str, assignment: Assignment) -> None:
-        """Record a validated saved assignment as is (the shared pool is set afterwards)."""
-        pool, exclusive = assignment.pool, assignment.exclusive
-        if pool == POOL_RESERVED:
-            kind = Kind.RESERVED
-        elif not exclusive:
-            kind = Kind.SHARED
-        elif pool == POOL_SHARED:
-            kind = Kind.MIXED
-        else:
-            kind = Kind.EXCLUSIVE
-        self._book.add(key, kind, pool, exclusive)
+    def _invalid(self, workload: Workload, assignment: Assignment) -> str | None:  # pragma: no cover
+        """Why a saved assignment cannot be kept now (None: it can)."""
+        raise NotImplementedError
 
-    def _exclusive_fits(self, exclusive: CPUSet, allowed: CPUSet) -> bool:
-        """Saved exclusive CPUs are allowed, not double-booked, and leave the shared pool non-empty."""
+    def _exclusive_wanted(self, workload: Workload) -> int:  # pragma: no cover - abstract
+        """How many exclusive CPUs the container asks for under this policy."""
+        raise NotImplementedError
+
+    def _exclusive_unfit(self, exclusive: CPUSet, allowed: CPUSet) -> str | None:
+        """Why saved exclusive CPUs cannot be kept: not allowed, double-booked, or taking
+        them leaves the shared pool empty; None: they can."""
         book = self._book
-        if not exclusive.issubset(allowed) or not exclusive.isdisjoint(book.used):
-            return False
-        return bool(self._base_shared - book.used - exclusive)
+        if not exclusive.issubset(allowed):
+            return f"CPUs {exclusive - allowed} are not available for exclusive use"
+        if not exclusive.isdisjoint(book.used):
+            return f"CPUs {exclusive & book.used} are taken"
+        if not self._base_shared - book.used - exclusive:
+            return "taking them would leave no shared CPU"
+        return None
 
     def resources(self, key: str) -> Resources | None:
         return self._book.resources(key)
@@ -433,3 +399,50 @@ class PoolPolicy:
     @property
     def reserved(self) -> CPUSet:
         return self._reserved
+
+
+class _PoolRules(Rules):
+    """A PoolPolicy's part in policy/restore.py: the book is replaced by an empty one (the
+    old one is put back on a refusal); saved assignments are kept in the given order, each
+    as its pool and exclusive CPUs say, when the policy's `_invalid` finds nothing wrong
+    (its exclusive CPUs still free, allowed and leaving a shared CPU); the shared pool
+    then is what the kept ones left; the rest is placed in the given order."""
+
+    def __init__(self, policy: PoolPolicy) -> None:
+        self.name = policy.name
+        self._policy = policy
+
+    def reset(self) -> Callable[[], None]:
+        policy = self._policy
+        before = policy._book
+        policy._book = before.emptied()
+
+        def undo() -> None:
+            policy._book = before
+        return undo
+
+    def validate(self, workload: Workload, saved: Assignment | None) -> str | None:
+        return "nothing saved" if saved is None else self._policy._invalid(workload, saved)
+
+    def keep(self, workload: Workload, saved: Assignment | None) -> None:
+        assert saved is not None  # validate() refuses None
+        pool, exclusive = saved.pool, saved.exclusive
+        if pool == POOL_RESERVED:
+            kind = Kind.RESERVED
+        elif not exclusive:
+            kind = Kind.SHARED
+        elif pool == POOL_SHARED:
+            kind = Kind.MIXED
+        else:
+            kind = Kind.EXCLUSIVE
+        self._policy._book.add(workload.key, kind, pool, exclusive)
+
+    def settle(self) -> list[str]:
+        book = self._policy._book
+        book.set_shared(self._policy._base_shared - book.used)
+        return []
+
+    def lost(self, workload: Workload, saved: Assignment) -> str | None:
+        member = self._policy._book.members.get(workload.key)
+        now = len(member.exclusive) if member is not None else 0
+        return lost_exclusive(workload, self._policy._exclusive_wanted(workload), saved, now)

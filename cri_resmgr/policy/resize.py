@@ -2,20 +2,25 @@
 
 Every built-in policy is `api.Resizable`: static and static-plus re-place the container
 keeping the exclusive CPUs it has where they can, topology-aware places it again and
-puts its old member back on a refusal, balloons goes `by_replacing`: the container is
-released and allocated again with its new requests, and when the new size cannot be
-met, the policy's whole state is restored from the assignments it had, so nothing
+puts its old member back on a refusal, balloons keeps it in its balloon when that can
+take the new size and otherwise goes `by_replacing`: the container is released and
+allocated again with its new requests, and when the new size cannot be met, the
+policy's whole state is restored from the assignments it had (`put_back`), so nothing
 moves (a restore only when a resize is refused). A policy that is not Resizable is
 resized by_replacing with what the engine knows of its containers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, ResizeError, Workload
 
-__all__ = ["resize", "refusal"]
+__all__ = ["resize", "by_replacing", "put_back", "refusal"]
+
+# A policy's allocate that also says why the placement does not meet the request (None:
+# it does); by default any warning of its decision is taken for that.
+Place = Callable[[Workload], tuple[Decision, str | None]]
 
 # How a placement warning goes on to say where the container runs instead ("...; running
 # it on the shared CPUs", "...; placed best-effort in dedicated[0] (...)"): true of a
@@ -33,26 +38,34 @@ def resize(policy: Policy, workload: Workload, placed: Callable[[], list[Workloa
     return by_replacing(policy, workload, placed())
 
 
-def by_replacing(policy: Policy, workload: Workload, placed: list[Workload]) -> Decision:
+def by_replacing(policy: Policy, workload: Workload, placed: list[Workload], place: Place | None = None) -> Decision:
     """Release and allocate; on a refusal the policy's state is restored from `placed`
-    (every container it holds, with its old workload) and the assignments it had."""
+    (every container it holds, with its old workload) and the assignments it had.
+    `place`: the policy's allocate with what makes it a refusal (see Place)."""
+    place = place or (lambda w: _warned(policy.allocate(w)))
     before = dict(policy.assignments())  # its own objects: no copy of what they hold
     released = policy.release(workload.key)
     try:
-        decision = policy.allocate(workload)
+        decision, unmet = place(workload)
     except BaseException:
-        _put_back(policy, placed, before)
+        put_back(policy, placed, before)
         raise
-    if decision.warning:
-        _put_back(policy, placed, before)
-        raise ResizeError(refusal(decision.warning))
+    if unmet:
+        put_back(policy, placed, before)
+        raise ResizeError(refusal(unmet))
     others = {**released.others, **decision.others}
     others.pop(workload.key, None)
     return Decision(decision.resources, others)
 
 
-def _put_back(policy: Policy, placed: list[Workload], before: dict[str, Assignment]) -> None:
-    # Every assignment was valid a moment ago, so a restore keeps each one as it was.
+def _warned(decision: Decision) -> tuple[Decision, str | None]:
+    return decision, decision.warning
+
+
+def put_back(policy: Policy, placed: list[Workload], before: Mapping[str, Assignment]) -> None:
+    """The policy's state as `before` (its assignments) says, `placed` the containers it
+    held with their old workloads: for a refused resize after the policy changed things.
+    Every assignment was valid a moment ago, so a restore keeps each one as it was."""
     policy.restore([(w, before.get(w.key)) for w in placed], live=False)
 
 

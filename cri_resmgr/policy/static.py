@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, QoS, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import (
@@ -27,6 +28,7 @@ from cri_resmgr.policy.pools import (
     POOL_SHARED,
     Book,
     Kind,
+    MemsOf,
     PoolPolicy,
     check_options,
     checked_cpus,
@@ -73,7 +75,7 @@ class StaticPolicy(PoolPolicy):
                 "no shared pool left"
             )
         self._allocator = CPUAllocator(context.topology)
-        self._book = Book(context.topology, self._base_shared, reserved)
+        self._book = Book(MemsOf(context.topology), self._base_shared, reserved)
 
     def _exclusive_capable(self) -> CPUSet:
         return self._assignable
@@ -108,18 +110,26 @@ class StaticPolicy(PoolPolicy):
             return POOL_RESERVED
         return POOL_SHARED
 
-    def _valid(self, workload: Workload, assignment: Assignment) -> bool:
+    def _exclusive_wanted(self, workload: Workload) -> int:
+        return exclusive_cpus_wanted(workload)
+
+    def _invalid(self, workload: Workload, assignment: Assignment) -> str | None:
         n = exclusive_cpus_wanted(workload)
-        exclusive = assignment.exclusive
+        exclusive, pool = assignment.exclusive, assignment.pool
         if n == 0 or not exclusive:
-            # A container that wanted exclusive CPUs but ran shared (too few
-            # free then) is placed anew: there may be enough now.
-            return n == 0 and not exclusive and assignment.pool == self._fallback_pool(workload)
-        return (
-            assignment.pool == POOL_EXCLUSIVE
-            and len(exclusive) == n
-            and self._exclusive_fits(exclusive, self._assignable)
-        )
+            if n:
+                # It wanted exclusive CPUs but ran shared (too few free then): placed
+                # anew, there may be enough now.
+                return f"it ran on the {short(pool, 40)} CPUs without the {n} exclusive CPUs it asks for"
+            if exclusive:
+                return f"it asks for no exclusive CPUs now, had {len(exclusive)}"
+            fallback = self._fallback_pool(workload)
+            return None if pool == fallback else f"it ran on the {short(pool, 40)} CPUs, belongs on the {fallback} ones"
+        if pool != POOL_EXCLUSIVE:
+            return f"pool {short(pool, 40)} is not {NAME}'s for exclusive CPUs"
+        if len(exclusive) != n:
+            return f"it had {len(exclusive)} exclusive CPUs, asks for {n}"
+        return self._exclusive_unfit(exclusive, self._assignable)
 
 
 def factory(context: PolicyContext) -> StaticPolicy:

@@ -23,6 +23,7 @@ decision carries a warning.
 
 from __future__ import annotations
 
+from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import (
@@ -32,6 +33,7 @@ from cri_resmgr.policy.pools import (
     POOL_SHARED,
     Book,
     Kind,
+    MemsOf,
     PoolPolicy,
     check_options,
     checked_cpus,
@@ -63,7 +65,7 @@ class StaticPlusPolicy(PoolPolicy):
                 f"available {available}, reserved {reserved or 'none'}, isolated {self._isolated}"
             )
         self._allocator = CPUAllocator(context.topology)
-        self._book = Book(context.topology, self._base_shared, reserved)
+        self._book = Book(MemsOf(context.topology), self._base_shared, reserved)
 
     @property
     def isolated(self) -> CPUSet:
@@ -113,20 +115,31 @@ class StaticPlusPolicy(PoolPolicy):
         kind = Kind.RESERVED if pool == POOL_RESERVED else Kind.SHARED
         return Decision(book.add(workload.key, kind, pool), warning=warning)
 
-    def _valid(self, workload: Workload, assignment: Assignment) -> bool:
+    def _exclusive_wanted(self, workload: Workload) -> int:
+        return self._wanted(workload)[1]
+
+    def _invalid(self, workload: Workload, assignment: Assignment) -> str | None:
         pool, n, mixed = self._wanted(workload)
-        exclusive = assignment.exclusive
+        exclusive, saved_pool = assignment.exclusive, assignment.pool
         if n == 0 or not exclusive:
-            return n == 0 and not exclusive and assignment.pool == pool
+            if n:
+                return f"it ran on the {short(saved_pool, 40)} CPUs without the {n} exclusive CPUs it asks for"
+            if exclusive:
+                return f"it asks for no exclusive CPUs now, had {len(exclusive)}"
+            if saved_pool != pool:
+                return f"it ran on the {short(saved_pool, 40)} CPUs, belongs on the {pool} ones"
+            return None
         if len(exclusive) != n:
-            return False
+            return f"it had {len(exclusive)} exclusive CPUs, asks for {n}"
         from_isolated = exclusive.issubset(self._isolated)
+        if saved_pool == POOL_ISOLATED and not from_isolated:
+            return f"CPUs {exclusive - self._isolated} are not isolated CPUs available to {NAME}"
         if from_isolated and workload.prefer_isolated is False:
-            return False
+            return "its CPUs are isolated and it prefers no isolated CPUs"
         expected_pool = POOL_SHARED if mixed else (POOL_ISOLATED if from_isolated else POOL_EXCLUSIVE)
-        if assignment.pool != expected_pool:
-            return False
-        return self._exclusive_fits(exclusive, self._isolated if from_isolated else self._base_shared)
+        if saved_pool != expected_pool:
+            return f"it ran in pool {short(saved_pool, 40)}, belongs in {expected_pool!r}"
+        return self._exclusive_unfit(exclusive, self._isolated if from_isolated else self._base_shared)
 
 
 def factory(context: PolicyContext) -> StaticPlusPolicy:

@@ -9,15 +9,16 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import grpc
-
 from cri_resmgr import __version__
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.engine.controller import Controller
+from cri_resmgr.engine.cri import TransportFeed
+from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.frontend import sdnotify
 from cri_resmgr.frontend.services import Services, StartFailed
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.contract import Transport
 from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -77,10 +78,10 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
         await asyncio.sleep(period)
         try:
             counts = await controller.reconcile()
-        except (grpc.aio.AioRpcError, OSError) as e:
+        except (RuntimeFailure, OSError) as e:
             if not failing:
                 log.warning("reconcile with the runtime failed: %s (retrying every %gs)",
-                            e.details() if isinstance(e, grpc.aio.AioRpcError) else e, period)
+                            e.details if isinstance(e, RuntimeFailure) else e, period)
             failing = True
             continue
         if failing:
@@ -91,7 +92,7 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
                      "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
 
 
-async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: float) -> None:
+async def _probe_runtime_every(runtime: RuntimePort, relay: Transport, period: float) -> None:
     """Version on the relay's own channel every `period` seconds, told to the transport: with
     no call passing (the none policy, a quiet node) cri_resmgr_runtime_up would otherwise say 1
     long after the runtime went away."""
@@ -99,8 +100,8 @@ async def _probe_runtime_every(runtime: Upstream, relay: Transport, period: floa
         await asyncio.sleep(period)
         try:
             await runtime.version(timeout=RUNTIME_PROBE_TIMEOUT)
-        except grpc.aio.AioRpcError as e:
-            relay.runtime_probed(False, f"{e.code().name}: {e.details()}")
+        except RuntimeFailure as e:
+            relay.runtime_probed(False, f"{e.reason}: {e.details}")
         except OSError as e:
             relay.runtime_probed(False, str(e))
         else:
@@ -174,7 +175,8 @@ async def _run(services: Services, settings: Settings, registry: Registry,
 
     methods = MethodTable()
     relay = make_relay(settings, runtime, image, methods, primary)
-    controller = services.engine(registry, relay, primary, methods, set_debug)
+    port = CriRuntime(primary)
+    controller = services.engine(registry, TransportFeed(relay), port, methods, set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:
@@ -197,7 +199,7 @@ async def _run(services: Services, settings: Settings, registry: Registry,
     # Supervised (supervise.py): an error nobody expected is logged and the task restarted.
     services.reconcile(_reconcile_every, controller)  # a no-op while the none policy is in force
     if http is not None:  # runtime_up is read only there
-        services.supervise("runtime probe", lambda: _probe_runtime_every(primary, relay, RUNTIME_PROBE_PERIOD))
+        services.supervise("runtime probe", lambda: _probe_runtime_every(port, relay, RUNTIME_PROBE_PERIOD))
     services.export_node(controller)
     log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
              f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")

@@ -34,6 +34,7 @@ from cri_resmgr.engine.controller import build_policy
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.resmgr import ResourceManager
 from cri_resmgr.policy.registry import default_registry
+from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.topology import discover
 from cri_resmgr.transport.contract import Request
 from cri_resmgr.transport.upstream import Upstream
@@ -96,7 +97,7 @@ async def _setup(work: Path) -> tuple[FakeCRI, _Bench]:
     topology = discover(work / "host")
     policy = build_policy(registry.lookup("static"), config, lambda: topology)
     assert policy is not None
-    enforcer = Enforcer(up)
+    enforcer = Enforcer(CriRuntime(up))
     resmgr = ResourceManager("static", policy, Cache(work / "state"), enforcer, asyncio.Lock())
     return fake, _Bench(work, up, resmgr, enforcer)
 

@@ -16,8 +16,10 @@ from fake_cri import FakeCRI
 
 from cri_resmgr.config import ConfigError, EngineSettings, parse_document
 from cri_resmgr.engine.controller import Controller
+from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.policy.registry import default_registry
+from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.transport.grpcrelay import GrpcRelay
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.upstream import Upstream
@@ -67,7 +69,8 @@ class Node:
         async def start():
             up = Upstream(self.fake.socket_path)
             relay = GrpcRelay(self.sock, up, up, MethodTable())
-            ctl = Controller(settings, default_registry(), relay, up, lambda *a: None, host_files=self.files)
+            ctl = Controller(settings, default_registry(), TransportFeed(relay), CriRuntime(up), lambda *a: None,
+                             host_files=self.files)
             await ctl.apply(parse_document(config, "test config", default_registry().names()))
             await relay.start()
             return relay, ctl

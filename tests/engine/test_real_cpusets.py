@@ -6,7 +6,6 @@ sends the policy's cpuset again where the cgroup holds another."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from test_engine_fake_runtime import STATIC, Engine, besteffort, guaranteed
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.engine.enforce import Enforcer
-from cri_resmgr.engine.realcpuset import CgroupReader, RealCpuset, pid_from_info
+from cri_resmgr.engine.realcpuset import CgroupReader, RealCpuset
 from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -26,7 +25,7 @@ CID = "c0ffee" * 10 + "abcd"
 
 
 class _Runtime:
-    """A RuntimeCalls whose UpdateContainerResources waits for `gate` while it is set."""
+    """A runtime port whose `update` waits for `gate` while it is set (the enforcer uses no other call)."""
 
     path = "fake"
 
@@ -35,12 +34,11 @@ class _Runtime:
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
 
-    async def call(self, path, request, reply_type, timeout=10.0):
+    async def update(self, container_id, resources, timeout=10.0):
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
-        self.sent.append((request.container_id, request.linux.cpuset_cpus))
-        return reply_type()
+        self.sent.append((container_id, resources.cpuset_cpus))
 
 
 def _res(cpus: str) -> pb.LinuxContainerResources:
@@ -102,18 +100,18 @@ def test_update_done_before_the_start_or_superseded_is_not_sent_twice():
 
 
 class _Flaky(_Runtime):
-    """Fails its first update with an error that is no gRPC status (a closed channel,
+    """Fails its first update with an error that is no runtime's answer (a closed channel,
     a bug below): the enforcer must retry it and live on."""
 
     def __init__(self) -> None:
         super().__init__()
         self.failures = 1
 
-    async def call(self, path, request, reply_type, timeout=10.0):
+    async def update(self, container_id, resources, timeout=10.0):
         if self.failures:
             self.failures -= 1
             raise RuntimeError("channel closed")
-        return await super().call(path, request, reply_type, timeout)
+        await super().update(container_id, resources, timeout)
 
 
 def test_an_unexpected_error_is_a_failed_attempt_not_the_end_of_updates(caplog):
@@ -191,16 +189,6 @@ def test_no_cgroup_mounts_means_nothing_is_checked(tmp_path, caplog):
     assert reader.read(1, CID) is None
     assert reader.mounts() == (None, None)
     assert "real cpusets are not checked" in caplog.text
-
-
-@pytest.mark.parametrize("info, pid", [
-    ({"info": json.dumps({"pid": 42, "runtimeSpec": {}})}, 42),
-    ({}, 0), ({"info": "{not json"}, 0), ({"info": "[1]"}, 0), ({"info": '{"pid": true}'}, 0),
-    ({"info": '{"pid": -5}'}, 0), ({"info": '{"pid": "42"}'}, 0),
-    ({"info": "[" * 100_000 + "]" * 100_000}, 0),
-])
-def test_pid_from_verbose_status(info, pid):
-    assert pid_from_info(info) == pid
 
 
 # -- the reconcile sends the policy's cpuset again where the cgroup differs ---------------------

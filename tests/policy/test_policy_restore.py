@@ -1,4 +1,5 @@
-"""restore(): valid saved assignments are kept, invalid or missing ones placed anew."""
+"""static and static-plus restore: which saved assignments still hold (the procedure's
+steps, for every policy: test_restore_procedure.py)."""
 
 from __future__ import annotations
 
@@ -100,11 +101,6 @@ def test_restore_replaces_previous_state(topo):
     assert p.shared == CPUSet("0-15")
 
 
-def test_restore_rejects_duplicate_keys(topo):
-    with pytest.raises(PolicyError, match="more than once: a"):
-        static(topo).restore([(wl("a", BE), None), (wl("a", BE), None)])
-
-
 def test_restore_warns_when_exclusive_cpus_run_out(topo):
     p = static(topo)
     items = [(wl(f"g{i}", G, 4000), None) for i in range(4)]  # 14 assignable CPUs
@@ -147,3 +143,27 @@ def test_static_plus_prefer_isolated_false_rejects_saved_isolated_cpus(topo):
     p = plus(topo)
     p.restore([(wl("g", G, 1000, prefer_isolated=False), Assignment("isolated", CPUSet("12")))])
     assert p.assignments()["g"].exclusive.issubset(CPUSet("2-11"))
+
+
+@pytest.mark.parametrize("make", [static, plus])
+def test_live_reconfiguration_that_takes_exclusive_cpus_away_is_refused(topo, make):
+    # Before: static and static-plus ignored `live` and ran the container shared with a
+    # warning; a live change that cannot hold the running containers is refused (as under
+    # topology-aware and balloons), the policy's state untouched.
+    old = make(topo)
+    g = wl("g", G, 2000)
+    old.allocate(g)
+    saved = old.assignment("g")
+    # Room for no 2 exclusive CPUs besides the one shared CPU kept for shared containers.
+    narrow = StaticPolicy(build_context(topo, available="0-2", reserved="cpuset:0-1")) if make is static else \
+        StaticPlusPolicy(build_context(topo, available="0-3", reserved="cpuset:0-1"))
+    narrow.allocate(wl("x", BE))
+    before = dict(narrow.assignments())
+    with pytest.raises(PolicyError, match=r"refused, the running containers do not fit: default/pod-g:g \(g\) holds "
+                                          r"2 exclusive CPUs and could not get them again \(its saved placement: CPUs"):
+        narrow.restore([(g, saved)], live=True)
+    assert dict(narrow.assignments()) == before and narrow.shared == CPUSet("0-2" if make is static else "2-3")
+    # At start-up: placed shared, and said.
+    d = narrow.restore([(g, saved)])
+    assert "(g) holds 2 exclusive CPUs and could not get them again" in d.warning
+    assert narrow.assignment("g").exclusive == CPUSet()

@@ -2,7 +2,7 @@
 the CPU requests of their containers. types.py (configuration), assign.py (which type,
 which balloon), sizing.py (inflate near, deflate compact), idle.py (ShareIdleCPUsInSame),
 book.py (balloons and free CPUs), isolation.py (dedicated balloons), restore.py,
-policy.py (the decisions)."""
+resize.py (in-place resize), policy.py (the decisions)."""
 
 from __future__ import annotations
 

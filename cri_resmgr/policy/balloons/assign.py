@@ -60,6 +60,16 @@ class Balloon:
             del self.pods[pod]
         return w
 
+    def resize(self, w: Workload) -> None:
+        """Its member `w.key` with new requests (an in-place resize: same pod)."""
+        old = self.members[w.key]
+        if (old.namespace, old.pod) != (w.namespace, w.pod):
+            self.leave(w.key)
+            self.join(w)
+            return
+        self.members[w.key] = w  # (keeps its place among the members)
+        self.requested += w.cpu_request - old.cpu_request
+
     @property
     def name(self) -> str:
         return f"{self.type.name}[{self.index}]"

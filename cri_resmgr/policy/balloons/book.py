@@ -13,6 +13,7 @@ from __future__ import annotations
 from cri_resmgr.policy.api import Resources
 from cri_resmgr.policy.balloons.assign import Balloon, lowest_free_index
 from cri_resmgr.policy.balloons.idle import lent_cpus
+from cri_resmgr.policy.balloons.isolation import dedicated_balloon
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import RESERVED, BalloonsConfig, BalloonType
 from cri_resmgr.policy.pools import MemsOf
@@ -23,10 +24,11 @@ __all__ = ["Book"]
 
 
 class Book:
-    def __init__(self, config: BalloonsConfig, near: Nearness, assignable: CPUSet, reserved: CPUSet) -> None:
+    def __init__(self, config: BalloonsConfig, near: Nearness, assignable: CPUSet, reserved: CPUSet,
+                 mems: MemsOf | None = None) -> None:
         self.config = config
         self.near = near
-        self.mems = MemsOf(near.topology)
+        self.mems = mems or MemsOf(near.topology)
         self.assignable = assignable  # what balloons other than reserved are made of
         self.reserved = reserved
         self._prefer = {t.name: near.kind_cpus(t.priority) for t in config.types}
@@ -35,6 +37,13 @@ class Book:
         self.member: dict[str, Balloon] = {}
         self.fallback: set[str] = set()  # members placed best-effort in a balloon not of their type
         self.free = assignable
+
+    def emptied(self) -> Book:
+        """A new book of the same configuration and CPUs, cleared (see `clear`); this one
+        is left as it is (a refused restore puts it back)."""
+        book = Book(self.config, self.near, self.assignable, self.reserved, self.mems)
+        book.clear()
+        return book
 
     def clear(self) -> None:
         self.balloons.clear()
@@ -100,18 +109,29 @@ class Book:
         self.free = self.free | b.cpus
         b.cpus = CPUSet()
 
+    def kind_preference(self, t: BalloonType) -> CPUSet | None:
+        """The CPUs of the core kind the type's AllocatorPriority prefers (None: any)."""
+        return self._prefer.get(t.name)
+
     def grow(self, b: Balloon, n: int) -> int:
         """Take up to `n` more CPUs (cores) near the balloon's; returns the shortfall."""
         t = b.type
         take = min(n, self.free_units(t))
         if take > 0:
             prefer = self._prefer.get(t.name)
-            if t.hide_hyperthreads:
+            given = CPUSet()
+            swap = None
+            if b.cpus and prefer is None and not t.spread_cores and dedicated_balloon(b):
+                # Its containers' own CPUs: whole cores, as a create gives them (sizing.py).
+                swap = self.near.inflate_whole(self.free, b.cpus, take)
+            if swap is not None:
+                new, given = swap
+            elif t.hide_hyperthreads:
                 new = self.near.inflate_cores(self.free, b.cpus, take, prefer, balance=t.balance)
             else:
                 new = self.near.inflate(self.free, b.cpus, take, prefer, spread=t.spread_cores, balance=t.balance)
-            self.free = self.free - new
-            b.cpus = b.cpus | new
+            self.free = (self.free - new) | given
+            b.cpus = (b.cpus - given) | new
             b.share_region = None
         return n - max(take, 0)
 

@@ -12,18 +12,19 @@ engine); kubelet's call never fails for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, Resources, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, namespace_ok, preference, type_for
 from cri_resmgr.policy.balloons.book import Book
 from cri_resmgr.policy.balloons.isolation import dedicated, dedicated_balloon, reclaim
-from cri_resmgr.policy.balloons.restore import restore
+from cri_resmgr.policy.balloons.resize import resize
+from cri_resmgr.policy.balloons.restore import BalloonsRules
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import checked_cpus
-from cri_resmgr.policy.resize import by_replacing
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology.cpuallocator import AllocationError
 from cri_resmgr.topology.cpuset import CPUSet
@@ -84,6 +85,11 @@ class BalloonsPolicy:
     # -- placing -------------------------------------------------------------------------------
 
     def allocate(self, workload: Workload) -> Decision:
+        return self.place(workload)[0]
+
+    def place(self, workload: Workload) -> tuple[Decision, str | None]:
+        """allocate, and the note saying that no balloon could hold the request (None when
+        one could): a resize that moves the container is refused on it (resize.py)."""
         book = self._book
         if workload.key in book.member:
             raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
@@ -101,15 +107,17 @@ class BalloonsPolicy:
             lacking = book.resize(b)
         changed, moved = self._moved
         notes = [f"{NAME}: {workload} ({workload.key}) in {b.name}: {m}" for m in moved]
+        unmet = None
         if short or lacking:
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
-            notes.append(f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
-                         f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
-                         f"({book.size(b)} {unit}, {b.requested}m requested)")
+            unmet = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
+                     f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
+                     f"({book.size(b)} {unit}, {b.requested}m requested)")
+            notes.append(unmet)
         if notes:
             warning = "; ".join(([warning] if warning else []) + notes)
         others = book.refresh(changed | {b}, old_free, workload.key)
-        return Decision(resources=b.resources, others=others, warning=warning)
+        return Decision(resources=b.resources, others=others, warning=warning), unmet
 
     def _make_room(self, units: int, keep: Balloon | None = None) -> None:
         """Move CPUs of balloons that are not dedicated to free, for a dedicated container
@@ -208,19 +216,29 @@ class BalloonsPolicy:
         return Decision(others=book.refresh(changed, old_free, key))
 
     def resize(self, workload: Workload) -> Decision:
-        """policy.api.Resizable: released and allocated again; a size that cannot be met
-        (a warning) restores every balloon as it was (policy/resize.py)."""
-        placed = [b.members[k] for k, b in self._book.member.items()]
-        return by_replacing(self, workload, placed)
+        """policy.api.Resizable: in its balloon when that can take the new size, else moved
+        to another; a size that cannot be met restores every balloon as it was (resize.py)."""
+        return resize(self, workload)
 
     # -- restoring -------------------------------------------------------------------------------
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
+        """policy/restore.py's procedure with this policy's rules (restore.py); a restore
+        moves no CPUs of balloons to make room for a dedicated container (`_make_room`)."""
         self._restoring = True
         try:
-            return restore(self, items, live)
+            return restoring.restore(self, BalloonsRules(self), items, live)
         finally:
             self._restoring = False
+
+    def start_afresh(self) -> Callable[[], None]:
+        """An empty book (restore.py); returns what puts back the one in force now."""
+        before = self._book
+        self._book = before.emptied()
+
+        def undo() -> None:
+            self._book = before
+        return undo
 
     # -- queries -------------------------------------------------------------------------------
 

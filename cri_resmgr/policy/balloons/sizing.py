@@ -16,6 +16,9 @@ see one thread of each.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import itemgetter
+
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
@@ -61,6 +64,13 @@ class Nearness:
         self._kinds: dict[str, CPUSet] = {}
         for kind in ("performance", "efficiency"):
             self._kinds[kind] = CPUSet(c for c, info in topology.cpus.items() if info.kind == kind)
+        # Deflating's view of a CPU: its groups, widest first (COMPACT_LEVELS), as indices
+        # into a list of counts; 0 stands for no group at that level (its count stays 0).
+        self._group_index: dict[tuple[Level, int], int] = {}
+        self._compact_of: dict[int, tuple[int, ...]] = {}
+        self._count_of: dict[tuple[int, ...], Callable[[list[int]], tuple[int, ...]]] = {}
+        for cpu in sorted(set(topology.cpus) | set(self.core_of)):
+            self._compact_ids(cpu)
 
     # -- queries ---------------------------------------------------------------------
 
@@ -130,9 +140,9 @@ class Nearness:
         if n > len(free):
             raise AllocationError(n, len(free), free)
         if current:
-            own = CPUSet().union(*(self.topology.node_cpus(x) for x in self.topology.nodes_of(current)))
-            layers = [[r & own for r in self.near_regions(current) if r & own] + [own]]
             origin = self.topology.nodes_of(current)
+            own = CPUSet().union(*(self.topology.node_cpus(x) for x in origin))
+            layers = [[r & own for r in self.near_regions(current) if r & own] + [own]]
         else:
             node = self.start_node(free, n, prefer, balance)
             own = self.topology.node_cpus(node)
@@ -169,6 +179,28 @@ class Nearness:
         if len(chosen) < n:  # (cannot happen: every free CPU is in the last layer)
             raise AllocationError(n, len(free), free)
         return CPUSet(chosen)
+
+    def inflate_whole(self, free: CPUSet, current: CPUSet, n: int) -> tuple[CPUSet, CPUSet] | None:
+        """`n` more CPUs for a dedicated balloon (its containers' own CPUs) holding `current`,
+        as the allocator gives a create: no more cores split than the size forces. It keeps
+        its whole cores and completes its cores that have a free thread first; a thread it
+        holds on a core another balloon uses may be given up for a whole free core (one
+        CPU moved rather than two cores split). Within its own NUMA nodes, away from the
+        reserved CPUs' threads: (taken, given up), or None when those lack the CPUs
+        (inflate then takes the nearest)."""
+        keep = self.whole_cores(current)
+        strays = current - keep
+        own = CPUSet().union(*(self.topology.node_cpus(x) for x in self.topology.nodes_of(current)))
+        usable = (free & own) - CPUSet(self.beside_reserved)
+        want = len(current) + n - len(keep)
+        pool = usable | strays
+        if len(pool) < want:
+            return None
+        core_of = self.core_of
+        completing = {c for s in strays for c in core_of.get(s, ()) if c in usable}
+        halves = {s for s in strays if not completing.isdisjoint(core_of.get(s, ()))}
+        chosen = self.allocator.allocate(pool, want, CPUSet(completing | halves) if completing else None)
+        return chosen - current, strays - chosen
 
     def _tier(self, cands: frozenset[int], tier: int, base: frozenset[int], free: set[int],
               spread: bool) -> frozenset[int]:
@@ -268,39 +300,61 @@ class Nearness:
     # -- deflating ----------------------------------------------------------------------
 
     def deflate(self, cpus: CPUSet, m: int, whole_cores: bool = False) -> CPUSet:
-        """The `m` CPUs (with whole_cores: `m` cores' CPUs) of `cpus` to give back."""
+        """The `m` CPUs (with whole_cores: `m` cores' CPUs) of `cpus` to give back, one at a
+        time: the CPU with the fewest balloon CPUs in its package, then node, die, L3 and
+        core (the balloon's outskirts), the highest id of those alike."""
         if m <= 0:
             return CPUSet()
-        remaining = set(cpus)
-        # Balloon CPUs per group (named by its lowest CPU), kept current as CPUs leave.
-        counts: dict[tuple[Level, int], int] = {}
-        for cpu in remaining:
-            for level in COMPACT_LEVELS:
-                group = self._group_of[level].get(cpu)
-                if group is not None:
-                    k = (level, group.min())
-                    counts[k] = counts.get(k, 0) + 1
-        gone: set[int] = set()
+        # CPUs in the same groups at every level (a core's threads) have the same counts:
+        # one candidate per such bucket, its highest CPU (a balloon of 500 CPUs is ~250
+        # buckets, and only the counts of the leaving CPU's groups change).
+        buckets: dict[tuple[int, ...], list[int]] = {}
+        compact_of = self._compact_of
+        for cpu in cpus:  # (ascending)
+            ids = compact_of.get(cpu) or self._compact_ids(cpu)
+            bucket = buckets.get(ids)
+            if bucket is None:
+                buckets[ids] = [cpu]
+            else:
+                bucket.append(cpu)
+        counts = [0] * (len(self._group_index) + 1)  # balloon CPUs per group, kept current
+        for ids, bucket in buckets.items():
+            for g in ids:
+                counts[g] += len(bucket)
+        counts[0] = 0
+        count_of = self._count_of
+        gone: list[int] = []
         for _ in range(m):
-            if not remaining:
+            if not buckets:
                 break
-            victim = min(remaining, key=lambda c: self._compact_key(c, counts))
-            out = (self.core_of.get(victim, CPUSet([victim])) & CPUSet(remaining)
-                   if whole_cores else CPUSet([victim]))
+            ids, bucket = min(buckets.items(), key=lambda kv: (count_of[kv[0]](counts), -kv[1][-1]))
+            victim = bucket[-1]
+            out = [c for c in self.core_of[victim] if c in cpus and c not in gone] \
+                if whole_cores and victim in self.core_of else [victim]
             for cpu in out:
-                remaining.discard(cpu)
-                gone.add(cpu)
-                for level in COMPACT_LEVELS:
-                    group = self._group_of[level].get(cpu)
-                    if group is not None:
-                        counts[(level, group.min())] -= 1
+                ids = self._compact_ids(cpu)
+                bucket = buckets[ids]
+                bucket.remove(cpu)
+                if not bucket:
+                    del buckets[ids]
+                for g in ids:
+                    counts[g] -= 1
+                counts[0] = 0
+                gone.append(cpu)
         return CPUSet(gone)
 
-    def _compact_key(self, cpu: int, counts: dict[tuple[Level, int], int]) -> tuple[int, ...]:
-        # Fewest balloon CPUs in its package, node, die, L3, core; then the highest id.
-        key = []
-        for level in COMPACT_LEVELS:
-            group = self._group_of[level].get(cpu)
-            key.append(0 if group is None else counts[(level, group.min())])
-        key.append(-cpu)
-        return tuple(key)
+    def _compact_ids(self, cpu: int) -> tuple[int, ...]:
+        """The CPU's groups at COMPACT_LEVELS as count indices (0: no group there)."""
+        ids = self._compact_of.get(cpu)
+        if ids is None:
+            found = []
+            for level in COMPACT_LEVELS:
+                group = self._group_of[level].get(cpu)
+                if group is None:
+                    found.append(0)
+                else:
+                    found.append(self._group_index.setdefault((level, group.min()), len(self._group_index) + 1))
+            ids = self._compact_of[cpu] = tuple(found)
+            if ids not in self._count_of:
+                self._count_of[ids] = itemgetter(*ids)
+        return ids

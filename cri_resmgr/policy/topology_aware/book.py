@@ -111,30 +111,32 @@ class Book:
             return 1 if pool.parent is None else 0  # the root keeps one for newcomers
         return max(1, -(-(self.milli[pool] + extra_milli) // 1000))
 
-    def spare(self, pool: Pool, extra_milli: int = 0) -> CPUSet:
+    def spare(self, pool: Pool, extra_milli: int = 0, mine: CPUSet | None = None) -> CPUSet:
         """Shared CPUs of the pool that could become exclusive: not reserved, and not
         what the shared members of the leaves below need (reserved CPUs count first;
         each leaf keeps stray threads first, then whole cores from its highest, so that
-        what is spare stays in whole cores)."""
+        what is spare stays in whole cores). `mine`: CPUs a resized container would keep
+        (those it held and their cores' free threads): the shared members keep them last."""
         free = self.shared[pool] - pool.reserved
         for leaf in pool.walk():
             if leaf.children:
                 continue
             keep = self.need(leaf, extra_milli if leaf is pool else 0) - len(leaf.reserved)
             if keep > 0:
-                free = free - self._keep(self.shared[leaf] - leaf.reserved, keep)
+                free = free - self._keep(self.shared[leaf] - leaf.reserved, keep, mine)
         return free
 
-    def _keep(self, cpus: CPUSet, keep: int) -> CPUSet:
+    def _keep(self, cpus: CPUSet, keep: int, mine: CPUSet | None = None) -> CPUSet:
         if keep >= len(cpus):
             return cpus
         cores = self.cores
+        last = mine or CPUSet()
         if not cores:
-            return CPUSet(sorted(cpus)[len(cpus) - keep:])
+            return CPUSet(sorted(cpus, key=lambda cpu: (cpu in last, -cpu))[:keep])
 
-        def order(cpu: int) -> tuple[bool, int, int]:
+        def order(cpu: int) -> tuple[bool, bool, int, int]:
             core = cores.get(cpu) or CPUSet([cpu])
-            return (core <= cpus, -core.min(), -cpu)  # stray threads first, then high cores
+            return (cpu in last, core <= cpus, -core.min(), -cpu)  # stray threads first, then high cores
 
         return CPUSet(sorted(cpus, key=order)[:keep])
 

@@ -25,6 +25,7 @@ from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
 from cri_resmgr.policy.topology_aware.criteria import Candidate, rank
 from cri_resmgr.policy.topology_aware.memory import available_kinds, memory_pool
 from cri_resmgr.policy.topology_aware.pooltree import Pool
+from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -39,14 +40,17 @@ class Placer:
         self.allocator = allocator
         self.clock = clock
 
-    def place(self, w: Workload, req: Request, affinity: Mapping[str, float]) -> tuple[Member, str | None]:
-        """A member for the container (not yet added to the book) and a warning, if any."""
+    def place(self, w: Workload, req: Request, affinity: Mapping[str, float],
+              held: CPUSet | None = None) -> tuple[Member, str | None]:
+        """A member for the container (not yet added to the book) and a warning, if any.
+        `held`: the exclusive CPUs of a container placed again (a resize), kept where they
+        can be (see `_mine`)."""
         book = self.book
         if req.cls is CPUClass.RESERVED:
             return self.member(w, req, None, CPUSet(), False), None
         warning = None
         if req.exclusive:
-            got = self._exclusive(w, req, affinity)
+            got = self._exclusive(w, req, affinity, self._mine(held, req.exclusive))
             if got is not None:
                 return got, None
             warning = (f"{NAME}: {w} ({w.key}) wants {req.exclusive} exclusive CPUs but no pool can give "
@@ -68,7 +72,20 @@ class Placer:
         member.overcommitted = True
         return member, "; ".join(filter(None, (warning, extra)))
 
-    def _exclusive(self, w: Workload, req: Request, affinity: Mapping[str, float]) -> Member | None:
+    def _mine(self, held: CPUSet | None, n: int) -> CPUSet | None:
+        """What a resized container's `n` exclusive CPUs come from first: those it held when
+        it shrinks or keeps its count; growing, those and the other threads of their cores,
+        so that it completes its cores as a create takes whole ones (a shared container
+        may use those threads now; the pool's shared members keep other CPUs first)."""
+        if not held:
+            return None
+        if n <= len(held):
+            return held
+        cores = self.book.cores
+        return CPUSet().union(held, *(cores[c] for c in held if c in cores))
+
+    def _exclusive(self, w: Workload, req: Request, affinity: Mapping[str, float],
+                   mine: CPUSet | None = None) -> Member | None:
         book, n, fraction = self.book, req.exclusive, req.shared_milli
         options: list[tuple[Candidate, CPUSet, bool]] = []
         for pool in book.tree.pools:
@@ -79,19 +96,31 @@ class Placer:
                 cand = self._candidate(pool, req, affinity, 0, len(free_isolated) - n)
                 options.append((replace(cand, isolated=True), free_isolated, True))
                 continue
-            spare = book.spare(pool, fraction)
+            spare = book.spare(pool, fraction, mine)
             if len(spare) >= n:
                 options.append((self._candidate(pool, req, affinity, 1000 * n, len(spare) - n), spare, False))
         order = {id(c): (free, iso) for c, free, iso in options}
         for cand in rank(c for c, _, _ in options):
             free, isolated = order[id(cand)]
             try:
-                cpus = self.allocator.allocate(free, n)
+                cpus = self._take(free, n, mine)
             except AllocationError:
                 continue
             if isolated or book.can_take(cand.pool, cpus, fraction):
                 return self.member(w, req, cand.pool, cpus, isolated)
         return None
+
+    def _take(self, free: CPUSet, n: int, mine: CPUSet | None) -> CPUSet:
+        """`n` of `free` as the allocator picks them, from `mine` first unless that spreads
+        them over more packages, dies, NUMA nodes or L3 groups than a pick from scratch
+        (the allocator chooses what it adds to `mine` without regard to where `mine` is)."""
+        plain = self.allocator.allocate(free, n)
+        if not mine or mine.isdisjoint(free) or plain <= mine:
+            return plain
+        kept = self.allocator.allocate(free, n, mine)
+        topology = self.allocator.topology
+        wider = any(k > p for k, p in zip(_spread(topology, kept), _spread(topology, plain), strict=True))
+        return plain if wider else kept
 
     def _candidate(self, pool: Pool, req: Request, affinity: Mapping[str, float], taken_milli: int,
                    free_exclusive: int) -> Candidate:
@@ -148,3 +177,10 @@ class Placer:
             for p in m.mem_pool.lineage():
                 book.memory[p.name] += m.request.memory
         return mem_pool, available_kinds(mem_pool, kinds) or ("dram",)
+
+
+def _spread(topology: Topology, cpus: CPUSet) -> tuple[int, ...]:
+    """How many packages, dies, NUMA nodes and L3 groups `cpus` touch."""
+    infos = [topology.cpu(c) for c in cpus]
+    return (len({i.package for i in infos}), len({(i.package, i.die) for i in infos}),
+            len({i.node for i in infos}), len({i.l3 for i in infos}))

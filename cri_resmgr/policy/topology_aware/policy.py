@@ -3,7 +3,8 @@
 See docs/policies.md for what a user sees. The parts: pooltree.py (the tree),
 classes.py (what a container asks), placement.py with criteria.py (where it goes),
 affinity.py, memory.py, book.py (who runs where, the knock-on updates), restore.py
-(restart and reconfiguration). No I/O; the wall clock is passed in (cold start).
+(its rules for policy/restore.py: restart and reconfiguration). No I/O; the wall clock
+is passed in (cold start).
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import POOL_RESERVED, checked_cpus
 from cri_resmgr.policy.resize import refusal
-from cri_resmgr.policy.topology_aware import restore as restoring
 from cri_resmgr.policy.topology_aware.affinity import AffinityIndex, pool_scores, reads_per_container
 from cri_resmgr.policy.topology_aware.book import Book, Member
 from cri_resmgr.policy.topology_aware.classes import Request, request_of
 from cri_resmgr.policy.topology_aware.options import NAME, parse_options
 from cri_resmgr.policy.topology_aware.placement import Placer
 from cri_resmgr.policy.topology_aware.pooltree import PoolTree, build_tree
+from cri_resmgr.policy.topology_aware.restore import TopologyAwareRules
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import CPUAllocator
@@ -85,11 +87,15 @@ class TopologyAwarePolicy:
     # -- decisions ---------------------------------------------------------------------------
 
     def allocate(self, workload: Workload) -> Decision:
+        return self._allocate(workload)
+
+    def _allocate(self, workload: Workload, held: CPUSet | None = None) -> Decision:
+        """`held`: a resized container's exclusive CPUs before, kept where they can be."""
         if workload.key in self._book:
             raise PolicyError(f"{NAME}: container {workload.key} ({workload}) is already placed; release it first")
         req = self.request(workload)
         others: dict[str, Resources] = {}
-        member, warning = self._placer.place(workload, req, self._affinity(workload, req))
+        member, warning = self._placer.place(workload, req, self._affinity(workload, req), held)
         res = self._book.add(member, others)
         self._index(member, +1)
         warnings = "; ".join((*req.warnings, *([warning] if warning else [])))
@@ -105,15 +111,17 @@ class TopologyAwarePolicy:
 
     def resize(self, workload: Workload) -> Decision:
         """In place (policy.api.Resizable): the container is placed again with its new
-        requests; when it would get fewer exclusive CPUs than it asks for, or run
-        overcommitted, it is put back as it was and ResizeError says why."""
+        requests, its exclusive CPUs from those it had (and their cores' other threads)
+        first where the pool chosen holds them; when it would get fewer exclusive CPUs
+        than it asks for, or run overcommitted, it is put back as it was and ResizeError
+        says why."""
         key = workload.key
         old = self._book.members.get(key)
         if old is None:
             raise PolicyError(f"{NAME}: cannot resize {workload} ({key}): not placed")
         released = self.release(key)
         try:
-            decision = self.allocate(workload)
+            decision = self._allocate(workload, old.exclusive)
         except BaseException:
             self._put_back(old)
             raise
@@ -133,14 +141,17 @@ class TopologyAwarePolicy:
         self.keep(old)
 
     def restore(self, items: list[tuple[Workload, Assignment | None]], live: bool = False) -> Decision:
+        """policy/restore.py's procedure with this policy's rules (restore.py)."""
+        return restoring.restore(self, TopologyAwareRules(self), items, live)
+
+    def start_afresh(self) -> Callable[[], None]:
+        """Empties the book (restore.py); returns what puts back the state in force now."""
         saved = (self._book, self._placer, self._affinity_index, self._by_pod, self._by_ns)
         self._reset()
-        try:
-            return restoring.restore(self, items, live)
-        except PolicyError:
-            # Refused: what was in force stays, untouched.
+
+        def undo() -> None:
             self._book, self._placer, self._affinity_index, self._by_pod, self._by_ns = saved
-            raise
+        return undo
 
     def keep(self, member: Member) -> None:
         """Record a member restored as it was saved (restore.py)."""

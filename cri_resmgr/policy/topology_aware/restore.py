@@ -1,4 +1,4 @@
-"""Restart and reconfiguration: rebuild the book from saved assignments.
+"""Restart and reconfiguration: topology-aware's rules for policy/restore.py.
 
 A saved assignment is kept when it still holds under the configuration in force: its
 pool exists, the container's class and exclusive CPU count are what they were, its
@@ -8,19 +8,20 @@ room for it (one placed overcommitted stays so while its pool has a shared CPU).
 Exclusive holders are kept first, then shared ones, then overcommitted ones. The rest is
 placed anew, the biggest exclusive requests first.
 
-Refused (PolicyError, the policy's state untouched) only when the running containers do
-not fit: one that held all the exclusive CPUs it asks for cannot get them again, or one
-that had its CPU request would now run overcommitted. Anything else that cannot be
-honoured is placed best-effort with a warning, as on a create. The decision's `others`
-holds every restored container's resources.
+What a live restore refuses (lost): a container that held all the exclusive CPUs it asks
+for cannot get them again, or one that had its CPU request would now run overcommitted.
+Assignments without details (another policy's) promise nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cri_resmgr.policy.api import Assignment, Decision, PolicyError, Resources, Workload
-from cri_resmgr.policy.pools import POOL_RESERVED, duplicate_keys
+from cri_resmgr.bounded import short
+from cri_resmgr.policy.api import Assignment, Workload
+from cri_resmgr.policy.pools import POOL_RESERVED
+from cri_resmgr.policy.restore import Rules, lost_exclusive
 from cri_resmgr.policy.topology_aware.book import Member
 from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
 from cri_resmgr.policy.topology_aware.pooltree import KINDS
@@ -28,84 +29,93 @@ from cri_resmgr.policy.topology_aware.pooltree import KINDS
 if TYPE_CHECKING:
     from cri_resmgr.policy.topology_aware.policy import TopologyAwarePolicy
 
-__all__ = ["restore", "revive"]
-
-NAME = "topology-aware"
+__all__ = ["TopologyAwareRules", "revive"]
 
 
-def restore(policy: TopologyAwarePolicy, items: list[tuple[Workload, Assignment | None]],
-            live: bool = False) -> Decision:
-    dups = duplicate_keys(w.key for w, _ in items)
-    if dups:
-        raise PolicyError(f"{NAME}: restore lists containers more than once: {', '.join(dups)}")
-    parsed = [(w, a, policy.request(w)) for w, a in items]
-    kept: set[str] = set()
-    for phase in range(3):
-        for w, a, req in parsed:
-            if a is None or _phase(a) != phase:
-                continue
-            member = revive(policy, w, req, a)
-            if member is not None:
-                policy.keep(member)
-                kept.add(w.key)
-    pending = sorted((item for item in parsed if item[0].key not in kept), key=lambda item: -item[2].exclusive)
-    warnings: list[str] = []
-    refused: list[str] = []
-    for w, a, req in pending:
-        decision = policy.allocate(w)
-        if decision.warning:
-            warnings.append(decision.warning)
-        member = policy.book.members[w.key]
-        if a is None or not a.details:
-            continue  # new to the policy (or another policy's): best effort
-        if req.exclusive and len(a.exclusive) == req.exclusive and len(member.exclusive) < req.exclusive:
-            refused.append(f"{w} ({w.key}) holds {req.exclusive} exclusive CPUs and could not get them again")
-        elif member.overcommitted and not a.details.get("overcommitted"):
-            refused.append(f"{w} ({w.key}) would run overcommitted: no pool has its CPU request free")
-    if refused and live:
-        raise PolicyError(f"{NAME}: the running containers do not fit: {'; '.join(refused)}")
-    warnings.extend(refused)  # at start-up: placed best-effort, and said
-    others: dict[str, Resources] = {}
-    for w, _ in items:
-        res = policy.resources(w.key)
-        if res is not None:
-            others[w.key] = res
-    return Decision(others=others, warning="; ".join(warnings) or None)
+class TopologyAwareRules(Rules):
+    def __init__(self, policy: TopologyAwarePolicy) -> None:
+        self.name = policy.name
+        self._policy = policy
+        self._requests: dict[str, Request] = {}  # each container's, worked out once
+
+    def request(self, w: Workload) -> Request:
+        req = self._requests.get(w.key)
+        if req is None:
+            req = self._requests[w.key] = self._policy.request(w)
+        return req
+
+    def reset(self) -> Callable[[], None]:
+        return self._policy.start_afresh()
+
+    def keep_rank(self, workload: Workload, saved: Assignment) -> int:
+        if saved.exclusive:
+            return 0
+        return 2 if saved.details.get("overcommitted") else 1
+
+    def validate(self, workload: Workload, saved: Assignment | None) -> str | None:
+        if saved is None:
+            return "nothing saved"
+        return unfit(self._policy, self.request(workload), saved)
+
+    def keep(self, workload: Workload, saved: Assignment | None) -> None:
+        assert saved is not None  # validate() refuses None
+        self._policy.keep(revive(self._policy, workload, self.request(workload), saved))
+
+    def place_rank(self, workload: Workload) -> int:
+        return -self.request(workload).exclusive
+
+    def lost(self, workload: Workload, saved: Assignment) -> str | None:
+        if not saved.details:
+            return None  # another policy's: best effort
+        req, member = self.request(workload), self._policy.book.members[workload.key]
+        problem = lost_exclusive(workload, req.exclusive, saved, len(member.exclusive))
+        if problem is None and member.overcommitted and not saved.details.get("overcommitted"):
+            problem = f"{workload} ({workload.key}) would run overcommitted: no pool has its CPU request free"
+        return problem
 
 
-def _phase(a: Assignment) -> int:
-    if a.exclusive:
-        return 0
-    return 2 if a.details.get("overcommitted") else 1
-
-
-def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment) -> Member | None:
-    """The member a saved assignment describes, if it still holds; None: place anew."""
+def unfit(policy: TopologyAwarePolicy, req: Request, a: Assignment) -> str | None:
+    """Why a saved assignment does not hold now, given what is kept so far; None: it does."""
     details = a.details
-    if not details or details.get("class") != req.cls.value or len(a.exclusive) != req.exclusive:
-        return None
-    tree, book = policy.tree, policy.book
+    if not details:
+        return "not topology-aware's"
+    if details.get("class") != req.cls.value:
+        return f"its class is {req.cls.value} now, was {short(details.get('class'), 30)}"
+    if len(a.exclusive) != req.exclusive:
+        return f"it asks for {req.exclusive} exclusive CPUs, had {len(a.exclusive)}"
+    book = policy.book
     if req.cls is CPUClass.RESERVED:
-        if a.pool != POOL_RESERVED:
+        return None if a.pool == POOL_RESERVED else "it runs on the reserved CPUs now"
+    pool = policy.tree.get(a.pool)
+    if pool is None:
+        return f"pool {short(a.pool, 40)} is gone"
+    if not pool.allows(req.level):
+        return f"pool {pool.name} is below the {req.level} level it may go to"
+    if a.exclusive:
+        if details.get("isolated"):
+            if not req.prefer_isolated:
+                return "its CPUs are isolated and it prefers no isolated CPUs"
+            if not a.exclusive.issubset(pool.isolated):
+                return f"CPUs {a.exclusive - pool.isolated} are not isolated CPUs of {pool.name}"
+            if not a.exclusive.isdisjoint(book.used_isolated):
+                return f"CPUs {a.exclusive & book.used_isolated} are taken"
             return None
-        pool = None
-    else:
-        pool = tree.get(a.pool)
-        if pool is None or not pool.allows(req.level):
-            return None
+        if not a.exclusive.issubset(book.shared[pool] - pool.reserved):
+            return f"CPUs {a.exclusive - (book.shared[pool] - pool.reserved)} are not {pool.name}'s to give"
+        if not book.can_take(pool, a.exclusive, req.shared_milli):
+            return f"taking them leaves too little for the shared containers of {pool.name}"
+        return None
+    if details.get("overcommitted"):
+        return None if book.shared[pool] else f"{pool.name} has no shared CPU"
+    return None if book.fits_shared(pool, req.shared_milli) else f"{pool.name} has no room for its CPU request"
+
+
+def revive(policy: TopologyAwarePolicy, w: Workload, req: Request, a: Assignment) -> Member:
+    """The member a saved assignment describes (unfit() found nothing wrong with it)."""
+    details = a.details
+    tree = policy.tree
+    pool = None if req.cls is CPUClass.RESERVED else tree.get(a.pool)
     isolated = bool(details.get("isolated"))
-    if pool is not None and a.exclusive:
-        if isolated:
-            if not (req.prefer_isolated and a.exclusive.issubset(pool.isolated)
-                    and a.exclusive.isdisjoint(book.used_isolated)):
-                return None
-        elif not (a.exclusive.issubset(book.shared[pool] - pool.reserved)
-                  and book.can_take(pool, a.exclusive, req.shared_milli)):
-            return None
-    elif pool is not None:
-        overcommitted = bool(details.get("overcommitted"))
-        if not (book.shared[pool] if overcommitted else book.fits_shared(pool, req.shared_milli)):
-            return None
     placer = policy.placer
     anchor = placer.anchor(pool, req, a.exclusive)
     mem_pool = tree.get(str(details.get("mem_pool", "")))
