@@ -14,6 +14,7 @@ from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper, parse_specs
 from cri_resmgr.engine.controller import AgentConfig, Controller
+from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.frontend import health, metrics, nodeexport, sdnotify, statelock
 from cri_resmgr.frontend.agent_client import AgentClient
@@ -208,7 +209,7 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
         return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods, max_size=settings.dump_max_size)
 
     port = CriRuntime(primary)
-    controller = Controller(settings.engine(), registry, relay, port, make_dumper, set_debug)
+    controller = Controller(settings.engine(), registry, TransportFeed(relay), port, make_dumper, set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:
