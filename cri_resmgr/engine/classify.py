@@ -133,7 +133,12 @@ def pod_level(linux: pb.LinuxPodSandboxConfig) -> Requirements | None:
     if not linux.HasField("resources"):
         return None
     r = linux.resources
-    found = requirements_from_cri(r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes)
+    return pod_requirements(r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes)
+
+
+def pod_requirements(cpu_shares: int, cpu_quota: int, cpu_period: int, memory_limit: int) -> Requirements | None:
+    """A pod's pod-level resources from their CRI fields; None when they say nothing."""
+    found = requirements_from_cri(cpu_shares, cpu_quota, cpu_period, memory_limit)
     return found if (found.cpu_request, found.cpu_limit, found.memory_limit) != (0, None, None) else None
 
 

@@ -5,7 +5,7 @@ dumper); only then is it switched in. If any step fails, what was in force
 stays in force and the error names what was wrong.
 
 The controller is the engine's surface for whatever feeds it: it is given a
-`Feed` to hand its interceptors to, and answers `stats()` with a snapshot.
+`Feed` to hand its core to, and answers `stats()` with a snapshot.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
-from cri_resmgr.engine import adopt, cri, realcpuset, snapshot, unmanaged
+from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
+from cri_resmgr.engine.core import Core
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
@@ -36,7 +37,7 @@ from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
-from cri_resmgr.transport.contract import UNCHANGED, DumpSink, InterceptionTable, Keep
+from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
 # An answer to what an operator did: never rate-limited (logsetup.Throttle).
@@ -44,12 +45,12 @@ UNTHROTTLED = {"unthrottled": True}
 
 
 class Feed(Protocol):
-    """What the controller needs of whatever feeds the engine its calls (the
-    relay's transport today, an NRI plugin next): to be told which calls to hand
-    to the engine, and where to copy calls for dumping.
-    `transport.contract.Transport` is one."""
+    """What the controller needs of whatever feeds the engine its events (the relay's
+    transport through `engine/cri.py`'s `TransportFeed`, the NRI plugin's hooks): to be
+    told the engine's core in force (`engine/core.py`; None: the engine takes no
+    event), and where to copy calls for dumping."""
 
-    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+    def reconfigure(self, *, engine: Core | None | Keep = UNCHANGED,
                     dumper: DumpSink | None | Keep = UNCHANGED) -> None: ...
 
 
@@ -380,7 +381,7 @@ class Controller:
         wanted = bool(config.blockio.classes or config.rdt.partitions)
         if wanted and self._classes_only is None:
             self._classes_only = ClassesOnly(self._classes, self._runtime, config.policy.reserved_namespaces)
-            self._feed.reconfigure(interceptors=cri.interceptors(self._classes_only))
+            self._feed.reconfigure(engine=self._classes_only)
         if self._classes_only is not None:
             try:
                 await self._classes_only.sync()  # without classes: clears what the last ones wrote
@@ -388,7 +389,7 @@ class Controller:
                 log.warning("block I/O and RDT classes: cannot list the runtime's containers: %s", e.details)
         if not wanted and self._classes_only is not None:
             self._classes_only = None
-            self._feed.reconfigure(interceptors={})
+            self._feed.reconfigure(engine=None)
 
     def _check_switch_allowed(self, config: Config, name: str) -> None:
         if self._config is not None and self._settings.disable_policy_switch and name != self._policy_name:
@@ -470,7 +471,7 @@ class Controller:
                 old.retire()
             self._resmgr = resmgr
             self._policy_name = name
-            self._feed.reconfigure(interceptors=cri.interceptors(resmgr))
+            self._feed.reconfigure(engine=resmgr)
 
     async def _switch_to_none(self, name: str) -> None:
         """The none policy: intercept nothing, give containers all CPUs back."""
@@ -481,7 +482,7 @@ class Controller:
             old.retire()
         self._resmgr = None
         self._policy_name = name
-        self._feed.reconfigure(interceptors={})
+        self._feed.reconfigure(engine=None)
 
     async def _load_state(self, name: str, config: Config) -> tuple[Cache, Mapping[str, Assignment] | None]:
         """The saved state and the runtime's containers (lock held): the cache, and

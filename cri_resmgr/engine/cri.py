@@ -20,7 +20,17 @@ from cri_resmgr.engine import classify, exits, messages
 from cri_resmgr.engine.cache import PodRecord
 from cri_resmgr.engine.core import EXITS, ContainerSpec, Core, PolicyFailed, ResizeRefused, write_cpuset
 from cri_resmgr.policy.api import Resources
-from cri_resmgr.transport.contract import InterceptError, InterceptionTable, Interceptor, ReplyObserver, Request
+from cri_resmgr.transport.contract import (
+    UNCHANGED,
+    DumpSink,
+    InterceptError,
+    InterceptionTable,
+    Interceptor,
+    Keep,
+    ReplyObserver,
+    Request,
+    Transport,
+)
 
 M = TypeVar("M", bound=Message)
 
@@ -35,6 +45,21 @@ def interceptors(core: Core | None) -> InterceptionTable:
     if EXITS in events:
         table.update(exits.interceptors(core.on_exit))  # ListContainers, ContainerStatus
     return table
+
+
+class TransportFeed:
+    """The relay's transport as the engine's `controller.Feed`: the core it is handed
+    becomes the transport's interception table."""
+
+    def __init__(self, transport: Transport):
+        self._transport = transport
+
+    def reconfigure(self, *, engine: Core | None | Keep = UNCHANGED,
+                    dumper: DumpSink | None | Keep = UNCHANGED) -> None:
+        if engine is UNCHANGED:
+            self._transport.reconfigure(dumper=dumper)
+        else:
+            self._transport.reconfigure(interceptors=interceptors(engine), dumper=dumper)
 
 
 def pod_record(pod_id: str, config: pb.PodSandboxConfig) -> PodRecord:

@@ -1,14 +1,14 @@
-"""The NRI Plugin service: each runtime event, handed to the engine as the CRI
-call it stands for.
+"""The NRI Plugin service: each runtime event, handed to the engine's core in its own forms.
 
-The engine's interceptors (`engine/resmgr.py`) decide on CRI requests and
-"forward" them to the runtime. Here a hook builds the CRI request from the NRI
-event, and its `forward` only records what would have been sent: the policy's
-rewrite of a CreateContainer is the container's `ContainerAdjustment`, of an
-UpdateContainerResources the update that keeps the policy's cpuset. Updates the
-decision causes for other containers are collected into the hook's reply
-(`NriRuntime.collect`). A hook never fails the runtime's call because of the
-policy: a failure is logged and counted, and the reply is left empty.
+A hook turns the NRI event into what the engine's core (`engine/core.py`) takes (a
+pod record, a container spec, an id), calls it, and turns its decision into the
+reply: the policy's cpuset for a new container is its `ContainerAdjustment`, for an
+UpdateContainer the update that keeps the policy's cpuset. The runtime's own part
+(creating, starting the container) comes after the reply, so the step the core is
+given does nothing. Updates the decision causes for other containers are collected
+into the hook's reply (`NriRuntime.collect`). A hook never fails the runtime's call
+because of the policy: a failure is logged and counted, and the reply is left empty;
+only a resize the policy cannot meet fails the update.
 """
 
 from __future__ import annotations
@@ -17,28 +17,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-
-import grpc
-from google.protobuf.message import Message
+from dataclasses import dataclass, field
 
 from cri_resmgr._proto import nri_api_pb2 as api
-from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.engine import classify
+from cri_resmgr.engine.cache import PodRecord
+from cri_resmgr.engine.core import ContainerSpec, Core, ResizeRefused
 from cri_resmgr.nri import ttrpc
-from cri_resmgr.nri.view import NriRuntime, container_config, cpuset_update, cri_resources, sandbox_config
-from cri_resmgr.transport.contract import (
-    UNCHANGED,
-    DumpSink,
-    InterceptError,
-    InterceptionTable,
-    Interceptor,
-    Keep,
-    Request,
-)
+from cri_resmgr.nri.view import NriRuntime, attempt, cri_resources
+from cri_resmgr.policy.api import Resources
+from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
 
-V1 = "/runtime.v1.RuntimeService/"
 # Updates the decision caused go into the hook's reply if they are ready by then;
 # the rest are sent with UpdateContainers afterwards.
 FLUSH_TIMEOUT = 0.5
@@ -59,6 +50,17 @@ def event_mask(events: tuple[int, ...] = EVENTS) -> int:
 
 
 @dataclass
+class Outcome:
+    """What a hook got of the engine: whether it decided (False: not its event, failed
+    or too late), the policy's resources for the container, and the updates of the
+    others the decision caused."""
+
+    decided: bool = False
+    resources: Resources | None = None
+    updates: list[api.ContainerUpdate] = field(default_factory=list)
+
+
+@dataclass
 class HookCounts:
     calls: int = 0
     failed: int = 0  # the engine raised: the reply was left empty
@@ -66,7 +68,7 @@ class HookCounts:
 
 class Hooks:
     """The plugin service's handlers, and the engine's `Feed`: the controller hands
-    it the interceptors of the policy in force and the dumper."""
+    it the engine's core in force and the dumper."""
 
     def __init__(self, runtime: NriRuntime, flush: Callable[[], Awaitable[None]],
                  on_synchronize: Callable[[], Awaitable[None]] | None = None,
@@ -82,7 +84,7 @@ class Hooks:
         # An event named a running container the plugin had not heard of (it predates
         # the plugin, or its creation was never reported: containerd#13698): the id.
         self.on_unknown = on_unknown
-        self._interceptors: InterceptionTable = {}
+        self._engine: Core | None = None
         self.dumper: DumpSink | None = None
         self._lock = asyncio.Lock()  # one hook at a time, so collected updates reach the right reply
         self._sync_parts: tuple[list[api.PodSandbox], list[api.Container]] | None = None
@@ -97,10 +99,10 @@ class Hooks:
 
     # -- Feed ----------------------------------------------------------------------------
 
-    def reconfigure(self, *, interceptors: InterceptionTable | Keep = UNCHANGED,
+    def reconfigure(self, *, engine: Core | None | Keep = UNCHANGED,
                     dumper: DumpSink | None | Keep = UNCHANGED) -> None:
-        if interceptors is not UNCHANGED:
-            self._interceptors = interceptors
+        if engine is not UNCHANGED:
+            self._engine = engine
         if dumper is not UNCHANGED:
             self.dumper = dumper
 
@@ -184,21 +186,19 @@ class Hooks:
 
     async def run_pod(self, req: api.RunPodSandboxRequest) -> api.RunPodSandboxResponse:
         self._runtime.pod(req.pod)
-        await self._hook("RunPodSandbox", pb.RunPodSandboxRequest(config=sandbox_config(req.pod)),
-                         pb.RunPodSandboxResponse(pod_sandbox_id=req.pod.id), collect=False)
+        pod = pod_record(req.pod)
+        await self._hook("RunPodSandbox", lambda core: core.pod_started(pod), collect=False)
         return api.RunPodSandboxResponse()
 
     async def stop_pod(self, req: api.StopPodSandboxRequest) -> api.StopPodSandboxResponse:
         self._runtime.pod_stopped(req.pod)
         # No updates in this reply (nor in the other pod events'): releasing the pod's
         # containers changes the others with UpdateContainers.
-        await self._hook("StopPodSandbox", pb.StopPodSandboxRequest(pod_sandbox_id=req.pod.id),
-                         pb.StopPodSandboxResponse(), collect=False)
+        await self._hook("StopPodSandbox", lambda core: core.pod_stopped(req.pod.id), collect=False)
         return api.StopPodSandboxResponse()
 
     async def remove_pod(self, req: api.RemovePodSandboxRequest) -> api.RemovePodSandboxResponse:
-        await self._hook("RemovePodSandbox", pb.RemovePodSandboxRequest(pod_sandbox_id=req.pod.id),
-                         pb.RemovePodSandboxResponse(), collect=False)
+        await self._hook("RemovePodSandbox", lambda core: core.pod_removed(req.pod.id), collect=False)
         self._runtime.pod_removed(req.pod.id)
         return api.RemovePodSandboxResponse()
 
@@ -208,13 +208,18 @@ class Hooks:
         c = req.container
         self._runtime.pod(req.pod)
         self._runtime.container(c, api.CONTAINER_CREATED)
-        cri = pb.CreateContainerRequest(pod_sandbox_id=c.pod_sandbox_id, config=container_config(c),
-                                        sandbox_config=sandbox_config(req.pod))
-        sent, updates = await self._hook("CreateContainer", cri, pb.CreateContainerResponse(container_id=c.id),
-                                         container_id=c.id)
-        reply = api.CreateContainerResponse(update=[u for u in updates if u.container_id != c.id])
-        if isinstance(sent, pb.CreateContainerRequest):
-            _adjust(reply.adjust, c.linux.resources.cpu, sent.config.linux.resources)
+        spec = container_spec(req.pod, c)
+        had = c.linux.resources.cpu
+
+        async def created(placed: Resources | None) -> str:
+            return c.id  # the runtime creates it after this hook's reply, with the adjustment
+
+        out = await self._hook("CreateContainer", lambda core: core.create(spec, created),
+                               late=lambda r: _cpuset_update(c.id, r, had))
+        reply = api.CreateContainerResponse(update=[u for u in out.updates if u.container_id != c.id])
+        if out.decided:
+            if out.resources is not None:
+                _adjust(reply.adjust, had, out.resources)
             if self.classes_of is not None:
                 blockio, rdt = self.classes_of(c.id)
                 if blockio:
@@ -235,42 +240,38 @@ class Hooks:
 
     async def start_container(self, req: api.StartContainerRequest) -> api.StartContainerResponse:
         self._heard_of(req.pod, req.container, api.CONTAINER_RUNNING)
-        await self._hook("StartContainer", pb.StartContainerRequest(container_id=req.container.id),
-                         pb.StartContainerResponse(), collect=False)
+        await self._hook("StartContainer", lambda core: core.start(req.container.id, _nothing), collect=False)
         return api.StartContainerResponse()
 
     async def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         """kubelet's update, with the policy's cpuset kept."""
         c = req.container
         self._heard_of(req.pod, c)
-        cri = pb.UpdateContainerResourcesRequest(container_id=c.id,
-                                                 linux=cri_resources(req.linux_resources))
+        linux = cri_resources(req.linux_resources)  # the update as the engine records resources
         try:
-            sent, updates = await self._hook("UpdateContainerResources", cri, pb.UpdateContainerResourcesResponse())
-        except InterceptError as e:  # a resize the policy cannot meet: the runtime fails the update
+            out = await self._hook("UpdateContainerResources", lambda core: core.update(c.id, linux, _keep))
+        except ResizeRefused as e:  # a resize the policy cannot meet: the runtime fails the update
             raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
-        reply = api.UpdateContainerResponse(update=[u for u in updates if u.container_id != c.id])
-        own = [u for u in updates if u.container_id == c.id]
+        reply = api.UpdateContainerResponse(update=[u for u in out.updates if u.container_id != c.id])
+        own = [u for u in out.updates if u.container_id == c.id]
         cpu = req.linux_resources.cpu
-        if isinstance(sent, pb.UpdateContainerResourcesRequest) and \
-                (sent.linux.cpuset_cpus, sent.linux.cpuset_mems) != (cpu.cpus, cpu.mems):
+        keep = _cpuset_update(c.id, out.resources, cpu) if out.resources is not None else None
+        if keep is not None and (keep.linux.resources.cpu.cpus, keep.linux.resources.cpu.mems) != (cpu.cpus, cpu.mems):
             # Only the cpuset: NRI applies it over kubelet's request, and each field a
             # plugin sets is claimed as its own (another plugin setting it fails the update).
-            reply.update.append(cpuset_update(c.id, sent.linux))
+            reply.update.append(keep)
         elif own:  # adopted meanwhile (it was unknown): its placement goes over kubelet's request too
             reply.update.append(own[-1])
         return reply
 
     async def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         self._heard_of(req.pod, req.container, api.CONTAINER_STOPPED)
-        _, updates = await self._hook("StopContainer", pb.StopContainerRequest(container_id=req.container.id),
-                                      pb.StopContainerResponse())
-        return api.StopContainerResponse(update=[u for u in updates if u.container_id != req.container.id])
+        out = await self._hook("StopContainer", lambda core: core.stopped(req.container.id))
+        return api.StopContainerResponse(update=[u for u in out.updates if u.container_id != req.container.id])
 
     async def remove_container(self, req: api.RemoveContainerRequest) -> api.RemoveContainerResponse:
         # No updates in this reply: what the release changes goes out with UpdateContainers.
-        await self._hook("RemoveContainer", pb.RemoveContainerRequest(container_id=req.container.id),
-                         pb.RemoveContainerResponse(), collect=False)
+        await self._hook("RemoveContainer", lambda core: core.removed(req.container.id), collect=False)
         self._runtime.container_removed(req.container.id)
         return api.RemoveContainerResponse()
 
@@ -290,59 +291,54 @@ class Hooks:
 
     # -- the engine ------------------------------------------------------------------------------
 
-    async def _hook(self, name: str, message: Message, reply: Message, collect: bool = True,
-                    container_id: str = "") -> tuple[Message | None, list[api.ContainerUpdate]]:
-        """Runs the interceptor for `name`, if the policy in force has one: the
-        request as it would have been sent on (None: not intercepted, failed or too
-        late), and the updates to other containers the decision caused. A decision
-        later than HOOK_SHARE of the runtime's timeout is not waited for: the runtime
-        gets an empty reply in time, and the decision, once made, goes out with
-        UpdateContainers."""
-        interceptor = self._interceptors.get(name)
+    async def _hook(self, name: str, call: Callable[[Core], Awaitable[Resources | None]], collect: bool = True,
+                    late: Callable[[Resources], api.ContainerUpdate] | None = None) -> Outcome:
+        """Hands the event to the engine's core, if the core in force takes it. A
+        decision later than HOOK_SHARE of the runtime's timeout is not waited for: the
+        runtime gets an empty reply in time, and the decision, once made, goes out with
+        UpdateContainers (`late`: the container's own update from its resources)."""
+        core = self._engine
         self.counts.calls += 1
-        if interceptor is None:
-            return None, []
-        work = asyncio.ensure_future(self._decide(interceptor, name, message, reply, collect))
+        if core is None or name not in core.events:
+            return Outcome()
+        work = asyncio.ensure_future(self._decide(core, call, name, collect))
         deadline = self.request_timeout * HOOK_SHARE
         try:
             return await asyncio.wait_for(asyncio.shield(work), deadline)
         except TimeoutError:
             self._failed(name, TimeoutError(f"no decision within {deadline:g}s"))
-            work.add_done_callback(lambda done: self._late(done, container_id))
-            return None, []
+            work.add_done_callback(lambda done: self._late(done, late))
+            return Outcome()
 
-    async def _decide(self, interceptor: Interceptor, name: str, message: Message, reply: Message,
-                      collect: bool) -> tuple[Message | None, list[api.ContainerUpdate]]:
-        sent: list[Message] = []
-
-        async def forward(m: Message) -> Message:
-            sent.append(m)
-            return reply
-
+    async def _decide(self, core: Core, call: Callable[[Core], Awaitable[Resources | None]], name: str,
+                      collect: bool) -> Outcome:
         async with self._lock:
             if collect:
                 self._runtime.collect()
+            out = Outcome()
             try:
-                await interceptor(Request(name=name, path=V1 + name, message=message, forward=forward))
+                out.resources = await call(core)
+                out.decided = True
                 if collect:
                     await self._flushed()
+            except ResizeRefused:
+                raise  # a resize the policy cannot meet fails the update: nothing was changed
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
-                if isinstance(e, InterceptError) and e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise  # but a resize it cannot meet does: nothing was changed (engine/resmgr.py)
                 self._failed(name, e)
-                sent.clear()
+                out = Outcome()
             finally:
                 updates = self._runtime.collected() if collect else []
-        return (sent[-1] if sent else None), updates
+        out.updates = updates
+        return out
 
-    def _late(self, done: asyncio.Future[tuple[Message | None, list[api.ContainerUpdate]]],
-              container_id: str) -> None:
+    def _late(self, done: asyncio.Future[Outcome], late: Callable[[Resources], api.ContainerUpdate] | None) -> None:
         """A decision that missed its hook's reply: sent unsolicited."""
         if done.cancelled() or done.exception() is not None:
             return
-        sent, updates = done.result()
-        if container_id and isinstance(sent, pb.CreateContainerRequest):
-            updates = [*updates, cpuset_update(container_id, sent.config.linux.resources)]
+        out = done.result()
+        updates = out.updates
+        if late is not None and out.resources is not None:
+            updates = [*updates, late(out.resources)]
         if updates:
             log.warning("sending %d late container updates with UpdateContainers", len(updates))
             sending = asyncio.ensure_future(self._runtime.push(updates))
@@ -362,9 +358,48 @@ class Hooks:
         log.error("NRI %s: the engine failed (%s: %s); the runtime gets no adjustment", name, type(e).__name__, e)
 
 
-def _adjust(adjust: api.ContainerAdjustment, had: api.LinuxCPU, sent: pb.LinuxContainerResources) -> None:
-    """The policy's cpuset as the container's adjustment, when it changed anything."""
-    if sent.cpuset_cpus and sent.cpuset_cpus != had.cpus:
-        adjust.linux.resources.cpu.cpus = sent.cpuset_cpus
-    if sent.cpuset_mems and sent.cpuset_mems != had.mems:
-        adjust.linux.resources.cpu.mems = sent.cpuset_mems
+async def _nothing() -> None:
+    """The runtime's part of a start: after the hook's reply."""
+
+
+async def _keep(keep: Resources | None) -> None:
+    """The runtime's part of an update: after the hook's reply, with the cpuset it gives."""
+
+
+# -- NRI's messages as the engine's forms, and its decisions as NRI's ---------------------------
+
+def pod_record(p: api.PodSandbox, pod_id: str = "") -> PodRecord:
+    return PodRecord(id=pod_id or p.id, name=p.name, namespace=p.namespace, uid=p.uid,
+                     cgroup_parent=p.linux.cgroup_parent, annotations=dict(p.annotations), labels=dict(p.labels))
+
+
+def pod_resources(p: api.PodSandbox) -> classify.Requirements | None:
+    """The pod-level resources (KEP-2837) the runtime reports; None when the pod has none."""
+    if not p.linux.HasField("pod_resources"):
+        return None
+    r = p.linux.pod_resources
+    return classify.pod_requirements(r.cpu.shares.value, max(r.cpu.quota.value, 0), r.cpu.period.value,
+                                     max(r.memory.limit.value, 0))
+
+
+def container_spec(pod: api.PodSandbox, c: api.Container) -> ContainerSpec:
+    return ContainerSpec(pod=pod_record(pod, c.pod_sandbox_id), name=c.name, attempt=attempt(c),
+                         resources=cri_resources(c.linux.resources), annotations=c.annotations, labels=c.labels,
+                         pod_resources=pod_resources(pod))
+
+
+def _cpuset_update(container_id: str, r: Resources, had: api.LinuxCPU) -> api.ContainerUpdate:
+    """An update of the fields a policy owns, the cpuset's CPUs and memory nodes (the
+    container's own memory nodes when the policy sets none)."""
+    cpu = api.LinuxCPU(cpus=str(r.cpuset_cpus), mems=r.cpuset_mems if r.cpuset_mems is not None else had.mems)
+    return api.ContainerUpdate(container_id=container_id,
+                               linux=api.LinuxContainerUpdate(resources=api.LinuxResources(cpu=cpu)))
+
+
+def _adjust(adjust: api.ContainerAdjustment, had: api.LinuxCPU, r: Resources) -> None:
+    """The policy's cpuset as the container's adjustment, when it changes anything."""
+    cpus = str(r.cpuset_cpus)
+    if cpus and cpus != had.cpus:
+        adjust.linux.resources.cpu.cpus = cpus
+    if r.cpuset_mems and r.cpuset_mems != had.mems:
+        adjust.linux.resources.cpu.mems = r.cpuset_mems

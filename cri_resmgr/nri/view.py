@@ -8,8 +8,8 @@ container updates either in a hook's reply or unsolicited (UpdateContainers).
 container's resources, pid and cgroups path, and the runtime's version as NRI
 reported them; an update becomes an NRI `ContainerUpdate`, collected into the reply
 of the hook being answered (`collect`/`collected`) or sent with UpdateContainers
-when no hook is. The hooks' CRI requests for the engine's interceptors are built
-here too (`sandbox_config`, `container_config`).
+when no hook is. A container's attempt and its resources in the engine's record
+form (`attempt`, `cri_resources`) serve the hooks too.
 """
 
 from __future__ import annotations
@@ -61,19 +61,6 @@ def cri_resources(r: api.LinuxResources) -> pb.LinuxContainerResources:
         memory_limit_in_bytes=max(r.memory.limit.value, 0), cpuset_cpus=r.cpu.cpus, cpuset_mems=r.cpu.mems)
 
 
-def sandbox_config(p: api.PodSandbox) -> pb.PodSandboxConfig:
-    linux = pb.LinuxPodSandboxConfig(cgroup_parent=p.linux.cgroup_parent)
-    if p.linux.HasField("pod_resources"):  # pod-level resources (KEP-2837)
-        linux.resources.CopyFrom(cri_resources(p.linux.pod_resources))
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=p.name, uid=p.uid, namespace=p.namespace),
-        labels=dict(p.labels), annotations=dict(p.annotations), linux=linux)
-
-
-def container_config(c: api.Container) -> pb.ContainerConfig:
-    return pb.ContainerConfig(metadata=pb.ContainerMetadata(name=c.name, attempt=attempt(c)),
-                              labels=dict(c.labels), annotations=dict(c.annotations),
-                              linux=pb.LinuxContainerConfig(resources=cri_resources(c.linux.resources)))
 
 
 def cpuset_update(container_id: str, linux: pb.LinuxContainerResources) -> api.ContainerUpdate:

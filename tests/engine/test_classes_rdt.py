@@ -16,6 +16,7 @@ from fake_cri import FakeCRI
 
 from cri_resmgr.config import ConfigError, EngineSettings, parse_document
 from cri_resmgr.engine.controller import Controller
+from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.policy.registry import default_registry
 from cri_resmgr.relay.runtime import CriRuntime
@@ -68,7 +69,7 @@ class Node:
         async def start():
             up = Upstream(self.fake.socket_path)
             relay = GrpcRelay(self.sock, up, up, MethodTable())
-            ctl = Controller(settings, default_registry(), relay, CriRuntime(up), lambda *a: None,
+            ctl = Controller(settings, default_registry(), TransportFeed(relay), CriRuntime(up), lambda *a: None,
                              host_files=self.files)
             await ctl.apply(parse_document(config, "test config", default_registry().names()))
             await relay.start()

@@ -17,6 +17,7 @@ from fake_cri import FakeCRI
 from cri_resmgr.config import EngineSettings, parse_document
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import Controller, EngineStats
+from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
 from cri_resmgr.relay.runtime import CriRuntime
@@ -52,7 +53,7 @@ class Engine:
         async def start():
             up = Upstream(self.fake.socket_path)
             relay = GrpcRelay(self.relay_sock, up, up, MethodTable())
-            ctl = Controller(settings, self.registry, relay, CriRuntime(up),
+            ctl = Controller(settings, self.registry, TransportFeed(relay), CriRuntime(up),
                              lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact),
                              cgroups=self.cgroups)
             await ctl.apply(parse_document(config, "test config", self.registry.names()))

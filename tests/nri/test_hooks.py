@@ -1,18 +1,22 @@
 """The plugin service's hooks in-process (cri_resmgr/nri/hooks.py): what the
 runtime gets when the engine fails or is slow, and how NRI events become the
-engine's CRI calls."""
+engine's own forms (engine/core.py) and its decisions NRI's adjustments and updates."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
-from google.protobuf.message import Message
+import pytest
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.engine.core import Bystander, ContainerSpec, CreateStep, PolicyFailed, ResizeRefused, UpdateStep
+from cri_resmgr.nri import ttrpc
 from cri_resmgr.nri.hooks import Hooks, event_mask
 from cri_resmgr.nri.view import NriRuntime
-from cri_resmgr.transport.contract import InterceptError, Request
+from cri_resmgr.policy.api import Resources
+from cri_resmgr.topology.cpuset import CPUSet
 from tests.nri.runtime_double import container, guaranteed, pod
 
 
@@ -20,7 +24,40 @@ async def _nothing() -> None:
     return None
 
 
-def _hooks(interceptors: dict, sent: list[api.ContainerUpdate] | None = None) -> Hooks:
+class _Core(Bystander):
+    """A core whose decisions the test gives: `decide(spec)` for a create, `resize(id,
+    linux)` for an update; `stop` for a stop. Takes every event in `events`."""
+
+    def __init__(self, events: frozenset[str] = frozenset({"CreateContainer", "StopContainer",
+                                                           "UpdateContainerResources"}),
+                 decide: Callable[[ContainerSpec], Awaitable[Resources | None]] | None = None,
+                 resize: Callable[[str, pb.LinuxContainerResources | None], Awaitable[Resources | None]] | None = None,
+                 stop: Callable[[str], Awaitable[None]] | None = None):
+        self._events, self._decide, self._resize, self._stop = events, decide, resize, stop
+        self.specs: list[ContainerSpec] = []
+
+    @property
+    def events(self) -> frozenset[str]:
+        return self._events
+
+    async def create(self, spec: ContainerSpec, create: CreateStep) -> Resources | None:
+        self.specs.append(spec)
+        placed = await self._decide(spec) if self._decide is not None else None
+        await create(placed)
+        return placed
+
+    async def update(self, container_id: str, linux: pb.LinuxContainerResources | None,
+                     send: UpdateStep) -> Resources | None:
+        keep = await self._resize(container_id, linux) if self._resize is not None else None
+        await send(keep)
+        return keep
+
+    async def stopped(self, container_id: str) -> None:
+        if self._stop is not None:
+            await self._stop(container_id)
+
+
+def _hooks(core: Bystander | None, sent: list[api.ContainerUpdate] | None = None) -> Hooks:
     runtime = NriRuntime("test.sock")
 
     async def send(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
@@ -30,7 +67,7 @@ def _hooks(interceptors: dict, sent: list[api.ContainerUpdate] | None = None) ->
 
     runtime.connected(send)
     hooks = Hooks(runtime, _nothing)
-    hooks.reconfigure(interceptors=interceptors)
+    hooks.reconfigure(engine=core)
     return hooks
 
 
@@ -38,38 +75,57 @@ def _create_request() -> api.CreateContainerRequest:
     return api.CreateContainerRequest(pod=pod("g", "guaranteed"), container=guaranteed("g1", "g", 2))
 
 
+def _cpus(text: str, mems: str | None = None) -> Resources:
+    return Resources(CPUSet(text), mems)
+
+
 def test_event_mask_has_a_bit_per_subscribed_event() -> None:
     assert event_mask((api.RUN_POD_SANDBOX, api.CREATE_CONTAINER)) == 0b1001
 
 
-def test_the_engine_sees_the_event_as_the_cri_call_it_stands_for() -> None:
-    seen: list[Request] = []
+def test_the_engine_gets_the_event_in_its_own_forms_and_its_decision_is_the_adjustment() -> None:
+    async def decide(spec: ContainerSpec) -> Resources | None:
+        return _cpus("2-3", "0")
 
-    async def create(req: Request) -> Message:
-        seen.append(req)
-        m = req.message
-        assert isinstance(m, pb.CreateContainerRequest)
-        m.config.linux.resources.cpuset_cpus = "2-3"
-        return await req.forward(m)
-
-    reply = asyncio.run(_hooks({"CreateContainer": create}).create_container(_create_request()))
-    m = seen[0].message
-    assert isinstance(m, pb.CreateContainerRequest)
-    assert (seen[0].name, m.pod_sandbox_id, m.config.metadata.name) == ("CreateContainer", "g", "ctr-g1")
-    assert m.sandbox_config.linux.cgroup_parent == "/kubepods/podg"
-    r = m.config.linux.resources
+    core = _Core(decide=decide)
+    reply = asyncio.run(_hooks(core).create_container(_create_request()))
+    spec = core.specs[0]
+    assert (spec.pod.id, spec.key, spec.name, spec.attempt) == ("g", "g:ctr-g1:0", "ctr-g1", 0)
+    assert (spec.pod.name, spec.pod.namespace, spec.pod.cgroup_parent) == ("pod-g", "default", "/kubepods/podg")
+    r = spec.resources
     assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) == (2048, 200000, 100000, 1 << 28)
-    assert reply.adjust.linux.resources.cpu.cpus == "2-3"
+    assert spec.pod_resources is None
+    cpu = reply.adjust.linux.resources.cpu
+    assert (cpu.cpus, cpu.mems) == ("2-3", "0")
+
+
+def test_pod_level_resources_reach_the_engine() -> None:
+    core = _Core()
+    req = _create_request()
+    pr = req.pod.linux.pod_resources
+    pr.cpu.shares.value, pr.cpu.quota.value, pr.cpu.period.value = 4096, 400000, 100000
+    pr.memory.limit.value = 1 << 30
+    asyncio.run(_hooks(core).create_container(req))
+    got = core.specs[0].pod_resources
+    assert got is not None and (got.cpu_request, got.cpu_limit, got.memory_limit) == (4000, 4000, 1 << 30)
+
+
+def test_a_core_that_does_not_take_the_event_is_not_asked() -> None:
+    core = _Core(events=frozenset({"StartContainer"}))
+    hooks = _hooks(core)
+    reply = asyncio.run(hooks.create_container(_create_request()))
+    assert reply == api.CreateContainerResponse() and core.specs == []
+    assert (hooks.counts.calls, hooks.counts.failed) == (1, 0)
 
 
 def test_a_failing_policy_leaves_the_adjustment_empty_and_is_counted() -> None:
-    async def broken(req: Request) -> Message:
-        raise InterceptError(13, "policy exploded")  # type: ignore[arg-type]
+    async def broken(spec: ContainerSpec) -> Resources | None:
+        raise PolicyFailed("static", "policy exploded")
 
-    async def buggy(req: Request) -> Message:
+    async def buggy(container_id: str) -> None:
         raise KeyError("bug")
 
-    hooks = _hooks({"CreateContainer": broken, "StopContainer": buggy})
+    hooks = _hooks(_Core(decide=broken, stop=buggy))
     reply = asyncio.run(hooks.create_container(_create_request()))
     assert reply == api.CreateContainerResponse()
     stopped = asyncio.run(hooks.stop_container(api.StopContainerRequest(pod=pod("g"), container=container("g1", "g"))))
@@ -77,20 +133,51 @@ def test_a_failing_policy_leaves_the_adjustment_empty_and_is_counted() -> None:
     assert (hooks.counts.calls, hooks.counts.failed) == (2, 2)
 
 
+def test_a_resize_the_policy_cannot_meet_fails_the_update_with_its_message() -> None:
+    async def refuse(container_id: str, linux: pb.LinuxContainerResources | None) -> Resources | None:
+        raise ResizeRefused("cri-resmgr: cannot resize default/pod-g/ctr-g1 to cpu request 7000m")
+
+    hooks = _hooks(_Core(resize=refuse))
+    req = api.UpdateContainerRequest(pod=pod("g"), container=guaranteed("g1", "g", 2),
+                                     linux_resources=guaranteed("g1", "g", 7).linux.resources)
+    with pytest.raises(ttrpc.TtrpcError) as failed:
+        asyncio.run(hooks.update_container(req))
+    assert failed.value.code == ttrpc.Code.RESOURCE_EXHAUSTED
+    assert str(failed.value.message) == "cri-resmgr: cannot resize default/pod-g/ctr-g1 to cpu request 7000m"
+    assert hooks.counts.failed == 0  # not the engine's failure: the policy's answer
+
+
+def test_an_update_keeps_the_policys_cpuset_and_only_it() -> None:
+    seen: list[pb.LinuxContainerResources | None] = []
+
+    async def keep(container_id: str, linux: pb.LinuxContainerResources | None) -> Resources | None:
+        seen.append(linux)
+        return _cpus("2-3")
+
+    req = api.UpdateContainerRequest(pod=pod("g"), container=guaranteed("g1", "g", 2),
+                                     linux_resources=guaranteed("g1", "g", 2).linux.resources)
+    req.linux_resources.cpu.cpus, req.linux_resources.cpu.mems = "0-7", "0"
+    reply = asyncio.run(_hooks(_Core(resize=keep)).update_container(req))
+    assert seen[0] is not None and (seen[0].cpu_shares, seen[0].cpuset_cpus) == (2048, "0-7")
+    assert [(u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems) for u in reply.update] \
+        == [("g1", "2-3", "0")]  # the request's memory nodes: the policy sets none
+    assert not reply.update[0].linux.resources.HasField("memory")
+
+    req.linux_resources.cpu.cpus = "2-3"  # already the policy's: nothing to add
+    assert asyncio.run(_hooks(_Core(resize=keep)).update_container(req)).update == []
+
+
 def test_a_slow_decision_gets_an_empty_reply_in_time_and_goes_out_later() -> None:
     sent: list[api.ContainerUpdate] = []
     decided: list[bool] = []
 
-    async def slow(req: Request) -> Message:
+    async def slow(spec: ContainerSpec) -> Resources | None:
         await asyncio.sleep(0.3)
         decided.append(True)
-        m = req.message
-        assert isinstance(m, pb.CreateContainerRequest)
-        m.config.linux.resources.cpuset_cpus = "4-5"
-        return await req.forward(m)
+        return _cpus("4-5")
 
     async def main() -> tuple[api.CreateContainerResponse, bool]:
-        hooks = _hooks({"CreateContainer": slow}, sent)
+        hooks = _hooks(_Core(decide=slow), sent)
         hooks.request_timeout = 0.1
         reply = await hooks.create_container(_create_request())
         answered_first = not decided
@@ -134,13 +221,10 @@ def test_fields_a_runtime_knows_and_we_do_not_pass_and_our_replies_use_only_old_
         + bytes([0x12, len(c)]) + c + extra)
     assert req.container.id == "g1"
 
-    async def create(r: Request) -> Message:
-        m = r.message
-        assert isinstance(m, pb.CreateContainerRequest)
-        m.config.linux.resources.cpuset_cpus = "1"
-        return await r.forward(m)
+    async def decide(spec: ContainerSpec) -> Resources | None:
+        return _cpus("1")
 
-    reply = asyncio.run(_hooks({"CreateContainer": create}).create_container(req))
+    reply = asyncio.run(_hooks(_Core(decide=decide)).create_container(req))
     assert reply.adjust.linux.resources.cpu.cpus == "1"
     # Configure's reply carries only `events` (field 2), which NRI v0.4 knows.
     configured = asyncio.run(Hooks(NriRuntime("x"), _nothing).configure(api.ConfigureRequest()))
@@ -174,7 +258,7 @@ def test_a_slow_synchronize_is_answered_in_time_with_what_is_ready() -> None:
 def test_a_synchronize_in_parts_shares_one_request_timeout() -> None:
     """NRI runs every part of a split Synchronize under one request timeout: the last
     part's deadline is what the earlier parts left of it."""
-    hooks = _hooks({})
+    hooks = _hooks(None)
     hooks.request_timeout = 2.0
 
     async def main() -> float:

@@ -65,13 +65,14 @@ def test_resize_through_nri_moves_cpus_and_refuses_what_cannot_fit(workdir: Path
 
 
 def test_pod_level_resources_reach_the_engine_from_nri() -> None:
-    from cri_resmgr.engine.classify import pod_level
-    from cri_resmgr.nri.view import sandbox_config
+    from cri_resmgr.nri.hooks import pod_resources
 
     p = pod("p", "guaranteed")
     p.linux.pod_resources.cpu.shares.value = 2048
     p.linux.pod_resources.cpu.quota.value = 200000
     p.linux.pod_resources.cpu.period.value = 100000
-    found = pod_level(sandbox_config(p).linux)
+    found = pod_resources(p)
     assert found is not None and (found.cpu_request, found.cpu_limit) == (2000, 2000)
-    assert pod_level(sandbox_config(pod("q")).linux) is None
+    assert pod_resources(pod("q")) is None
+    p.linux.pod_resources.Clear()  # given, but saying nothing
+    assert p.linux.HasField("pod_resources") and pod_resources(p) is None

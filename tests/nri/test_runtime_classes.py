@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from google.protobuf.message import Message
-
 from cri_resmgr._proto import nri_api_pb2 as api
+from cri_resmgr.engine.core import Bystander
 from cri_resmgr.nri.cli import COMMAND, nri_settings
 from cri_resmgr.nri.hooks import Hooks
 from cri_resmgr.nri.view import NriRuntime
-from cri_resmgr.transport.contract import Request
 from tests.nri.runtime_double import container, pod
 
 
@@ -19,13 +17,17 @@ async def _nothing() -> None:
     return None
 
 
-async def _create(req: Request) -> Message:
-    return await req.forward(req.message)
+class _Core(Bystander):
+    """Takes CreateContainer and sets nothing (the classes are the hook's to name)."""
+
+    @property
+    def events(self) -> frozenset[str]:
+        return frozenset({"CreateContainer"})
 
 
 def _reply(classes_of) -> api.CreateContainerResponse:
     hooks = Hooks(NriRuntime("test.sock"), _nothing)
-    hooks.reconfigure(interceptors={"CreateContainer": _create})
+    hooks.reconfigure(engine=_Core())
     hooks.classes_of = classes_of
     request = api.CreateContainerRequest(pod=pod("p", "besteffort"), container=container("c1", "p"))
     return asyncio.run(hooks.create_container(request))
