@@ -29,7 +29,7 @@ others it moved are the ones last seen (the full passes ask for every container)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cri_resmgr.engine.cache import Cache
@@ -139,13 +139,27 @@ class Checker:
 
     def _split_problem(self, exclusive: CPUSet) -> str | None:
         """Threads of a core's worth taken from cores left half used, while a core that was
-        wholly free (before this container) stayed out: swapping them keeps every count."""
-        topo = self.topology
+        wholly free (before this container) stayed out: swapping them keeps every count.
+
+        Free is what the policy could have given: no other container's exclusive CPU, not
+        reserved, and not held by a pool or balloon (the policy's usage().exclusive_free,
+        after the call, with the container's own CPUs back). A shared balloon's CPUs are
+        no container's exclusive ones but are not free: taking the other thread of a core
+        whose sibling a balloon holds splits nothing the policy could have kept whole. The
+        first pass leaves out the policy's word (it costs a usage()); only a split found
+        that way is judged again with it."""
         others = self._all - exclusive.as_frozenset()  # exclusive to the other containers
 
-        def free(cpu: int) -> bool:
+        def unheld(cpu: int) -> bool:
             return cpu not in others and cpu in self.available and cpu not in self.reserved
 
+        if self._split(exclusive, unheld) is None:
+            return None
+        givable = self.policy.usage().exclusive_free | exclusive
+        return self._split(exclusive, lambda cpu: cpu in givable and unheld(cpu))
+
+    def _split(self, exclusive: CPUSet, free: Callable[[int], bool]) -> str | None:
+        topo = self.topology
         stray: list[int] = []  # exclusive CPUs whose core still has a free thread
         width = 1
         for cpu in exclusive:
@@ -159,6 +173,7 @@ class Checker:
         kind = stray[0] in isolated
         area = CPUSet().union(*(self._area_of(c) for c in stray))
         seen: set[int] = set()
+        found: CPUSet | None = None  # a free core; one the container has no thread of, if any
         for cpu in area:
             if cpu in seen:
                 continue
@@ -167,12 +182,12 @@ class Checker:
             if len(core) < 2 or not core <= area or core <= exclusive:
                 continue
             if all(free(s) and (s in isolated) == kind for s in core):
-                return (f"exclusive CPUs {exclusive} split the cores of CPUs {CPUSet(stray)} while core "
-                        f"{core} was free")
-        return None
-
-    def _free_cpu(self, cpu: int) -> bool:
-        return cpu in self.available and cpu not in self.reserved
+                found = core
+                if core.isdisjoint(exclusive):
+                    break
+        if found is None:
+            return None
+        return f"exclusive CPUs {exclusive} split the cores of CPUs {CPUSet(stray)} while core {found} was free"
 
     def _area_of(self, cpu: int) -> CPUSet:
         area = self._area.get(cpu)
