@@ -2,36 +2,31 @@
 
 The same engine as the relay's (`engine.controller.Controller`), fed by NRI hooks
 instead of intercepted CRI calls, with the same configuration sources, state
-directory (locked against a relay: `statelock.py`), Config service, metrics,
-/healthz, /readyz, /state and dump.
+directory (locked against a relay: `frontend/statelock.py`), Config service, metrics,
+/healthz, /readyz, /state and dump, wired by the same services (`frontend/services.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
-import signal
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from cri_resmgr import __version__, supervise
+from cri_resmgr import __version__
 from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
-from cri_resmgr.config.service import ConfigServer
-from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.config.sources import Document
-from cri_resmgr.dump import Dumper
-from cri_resmgr.engine.controller import AgentConfig, Controller
-from cri_resmgr.frontend import health, metrics, statelock
+from cri_resmgr.engine.controller import Controller
+from cri_resmgr.frontend.services import Services, StartFailed
 from cri_resmgr.nri.hooks import Hooks
 from cri_resmgr.nri.plugin import Identity, Plugin
 from cri_resmgr.nri.view import NriRuntime
 from cri_resmgr.policy.registry import Registry
-from cri_resmgr.status import endpoint
-from cri_resmgr.transport import sockets
 from cri_resmgr.transport.methods import CRI_MODULES, MethodTable
 
 log = logging.getLogger(__name__)
@@ -50,12 +45,6 @@ class NriSettings:
     identity: Identity = Identity(DEFAULT_PLUGIN_NAME, DEFAULT_PLUGIN_INDEX)
     handed_fd: int | None = None  # NRI_PLUGIN_SOCKET: a connection the runtime made for us
     runtime_classes: bool = False  # -nri-runtime-classes: blockio_class/rdt_class in the adjustment
-
-
-def _on_sighup(controller: Controller) -> None:
-    """SIGHUP: re-read -force-config and reopen the dump file."""
-    controller.reopen_dump()
-    supervise.watched(asyncio.ensure_future(controller.reload_forced()), "SIGHUP reload")
 
 
 def _freeze_start_up() -> None:
@@ -200,33 +189,25 @@ async def _reconcile_every(controller: Controller, period: float) -> None:
 async def run(settings: Settings, nri: NriSettings, registry: Registry,
               set_debug: Callable[[bool], None] | None = None) -> int:
     log.info("cri-resmgr %s starting as NRI plugin %s", __version__, nri.identity)
-    try:
-        lock = statelock.acquire(settings.state_dir, "cri-resmgr NRI plugin")
-    except statelock.StateDirError as e:
-        log.error("%s", e)
-        return 1
-    try:
-        return await _run(settings, nri, registry, set_debug)
-    finally:
-        lock.release()
+    async with contextlib.AsyncExitStack() as stack:  # whatever way this returns, it undoes the start
+        try:
+            return await _run(Services(stack, settings), settings, nri, registry, set_debug)
+        except StartFailed as e:
+            log.error("%s", e)
+            return 1
 
 
-async def _run(settings: Settings, nri: NriSettings, registry: Registry,
+async def _run(services: Services, settings: Settings, nri: NriSettings, registry: Registry,
                set_debug: Callable[[bool], None] | None) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    services.lock_state("cri-resmgr NRI plugin")
+    http = services.listen_http()
+    stop = services.stop_event()
 
     methods = MethodTable((*CRI_MODULES, nri_api_pb2))
-
-    def make_dumper(specs: list[str], file: str | None, fmt: str, redact: bool) -> Dumper:
-        return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods, max_size=settings.dump_max_size)
-
     runtime = NriRuntime(nri.socket if nri.handed_fd is None else f"fd {nri.handed_fd}")
     controller: Controller
     hooks = Hooks(runtime, lambda: controller.flush())
-    controller = Controller(settings.engine(), registry, hooks, runtime, make_dumper, set_debug)
+    controller = services.engine(registry, hooks, runtime, methods, set_debug)
     if nri.runtime_classes:
         hooks.classes_of = controller.container_classes
     failure: list[str] = []
@@ -239,6 +220,7 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
     overridden_by = ("-force-config" if settings.force_config else
                      "-fallback-config" if settings.fallback_config else None)
     synchronizer = Synchronizer(controller, runtime, failed, lambda: hooks.runtime_config, overridden_by)
+    services.at_end(synchronizer.cancel)
     hooks.on_configure = synchronizer.configured
     hooks.on_synchronize = synchronizer
     hooks.on_unknown = synchronizer.adopt_soon
@@ -246,45 +228,19 @@ async def _run(settings: Settings, nri: NriSettings, registry: Registry,
             or nri.handed_fd is not None):  # a launched plugin's configuration comes with Configure
         # Discovered before the runtime connects: the first Synchronize must answer in time.
         await asyncio.to_thread(controller.topology)
-    loop.add_signal_handler(signal.SIGHUP, _on_sighup, controller)
+    services.reload_on_sighup(controller)
     plugin = Plugin(nri.identity, hooks, runtime, socket_path=nri.socket, handed_fd=nri.handed_fd)
 
-    config_server = None
-    if settings.config_socket != DISABLED:
-        try:
-            config_server = ConfigServer(AgentConfig(controller), sockets.strip_scheme(settings.config_socket))
-            await config_server.start()
-        except Exception as e:  # a bind failure: one clear line
-            log.error("cannot serve the Config service: %s", e)
-            await controller.close()
-            return 1
-    http = None
-    if settings.metrics_address:
-        try:
-            http = health.serve(settings.metrics_address, metrics.registry(controller, plugin),
-                                health.on_loop(controller, loop), endpoint.on_loop(controller, loop))
-        except OSError as e:  # another process's port would answer -probe and status for us: refuse
-            log.error("cannot serve metrics on %s: %s; refusing to start without /readyz and /state "
-                      "(give a free -metrics-address, or none)", settings.metrics_address, e.strerror or e)
-            if config_server is not None:
-                await config_server.stop()
-            await controller.close()
-            return 1
-    reconciling = None
-    if settings.reconcile_period > 0:
-        reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
-    shutdown = asyncio.ensure_future(_stop_on_shutdown(hooks.shutdown, plugin, stop, nri.handed_fd is not None))
+    try:
+        await services.serve_config(controller)
+    except Exception as e:  # a bind failure: one clear line
+        raise StartFailed(f"cannot serve the Config service: {e}") from None
+    services.serve_http(http, controller, plugin)
+    services.reconcile(_reconcile_every, controller)
+    services.cancel_at_end(asyncio.ensure_future(
+        _stop_on_shutdown(hooks.shutdown, plugin, stop, nri.handed_fd is not None)))
     code = await plugin.run(stop)
     log.info("shutting down")
-    for task in (reconciling, shutdown):
-        if task is not None:
-            task.cancel()
-    synchronizer.cancel()
-    if http is not None:
-        await asyncio.to_thread(http.shutdown)
-    if config_server is not None:
-        await config_server.stop()
-    await controller.close()
     return 1 if failure else code
 
 

@@ -1,4 +1,5 @@
-"""The `cri-resmgr-nri` command line: the relay's engine flags, plus where NRI is.
+"""The `cri-resmgr-nri` command line: the flags it shares with the relay (frontend/commandline.py),
+plus where NRI is.
 
 A runtime that launches the plugin itself hands it a connected socket and its
 name and index in the environment (NRI_PLUGIN_SOCKET, NRI_PLUGIN_NAME,
@@ -14,14 +15,11 @@ from collections.abc import Mapping, Sequence
 
 from cri_resmgr import __version__, flags
 from cri_resmgr.config import Settings
-from cri_resmgr.config.options import OptionFileError, expand_config
-from cri_resmgr.config.sources import initial_config
-from cri_resmgr.dump import parse_specs
-from cri_resmgr.frontend import logsetup, printconfig
+from cri_resmgr.config.settings import DISABLED
+from cri_resmgr.frontend import commandline as common
 from cri_resmgr.nri import app
 from cri_resmgr.nri.plugin import Identity, check_index, check_name
-from cri_resmgr.policy.registry import Registry, UnknownPolicy, default_registry
-from cri_resmgr.relay import cli as relay_cli
+from cri_resmgr.policy.registry import default_registry
 
 PROG = "cri-resmgr-nri"
 
@@ -47,26 +45,18 @@ COMMAND = flags.Command(
     "cri-resmgr's resource policies as an NRI plugin of the container runtime (containerd 1.7+, CRI-O 1.26+): "
     "the same engine, configuration, state directory and metrics as the cri-resmgr relay, without a CRI relay "
     "in front of the runtime. Only one of the two may manage a node.",
-    (relay_cli.POLICY, relay_cli.LIST_POLICIES, NRI_SOCKET, PLUGIN_NAME, PLUGIN_INDEX, RUNTIME_CLASSES, relay_cli.DUMP,
-     relay_cli.DUMP_FILE, relay_cli.DUMP_FORMAT, relay_cli.DUMP_MAX_SIZE, relay_cli.DUMP_UNREDACTED,
-     relay_cli.CONFIG_SOCKET, relay_cli.STATE_DIR, relay_cli.HOST_ROOT, relay_cli.FORCE_CONFIG,
-     relay_cli.FALLBACK_CONFIG, relay_cli.PRINT_CONFIG, relay_cli.DRY_RUN, relay_cli.DISABLE_POLICY_SWITCH,
-     relay_cli.METRICS_ADDRESS, relay_cli.RECONCILE_PERIOD, relay_cli.CONFIG, relay_cli.LOGGER_DEBUG,
-     relay_cli.LOG_FORMAT),
+    (common.POLICY, common.LIST_POLICIES, NRI_SOCKET, PLUGIN_NAME, PLUGIN_INDEX, RUNTIME_CLASSES, common.DUMP,
+     common.DUMP_FILE, common.DUMP_FORMAT, common.DUMP_MAX_SIZE, common.DUMP_UNREDACTED, common.CONFIG_SOCKET,
+     common.STATE_DIR, common.HOST_ROOT, common.FORCE_CONFIG, common.FALLBACK_CONFIG, common.PRINT_CONFIG,
+     common.DRY_RUN, common.DISABLE_POLICY_SWITCH, common.METRICS_ADDRESS, common.RECONCILE_PERIOD, common.CONFIG,
+     common.LOGGER_DEBUG, common.LOG_FORMAT),
     version=__version__,
 )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point. Usage errors are one line on stderr and exit code 2."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = logsetup.debug_flag_value(expand_config(args, {f.name for f in COMMAND.flags},
-                                                       relay_cli.path_flags(COMMAND)),
-                                         relay_cli.LOGGER_DEBUG.name)
-    except OptionFileError as e:
-        sys.exit(COMMAND.report(flags.UsageError(str(e))))
-    sys.exit(COMMAND.run(args, _run))
+    common.run(COMMAND, sys.argv[1:] if argv is None else argv, _run)
 
 
 def nri_settings(values: flags.Values, env: Mapping[str, str]) -> app.NriSettings:
@@ -96,46 +86,14 @@ def nri_settings(values: flags.Values, env: Mapping[str, str]) -> app.NriSetting
 
 def _run(values: flags.Values) -> int:
     registry = default_registry()
-    if values[relay_cli.LIST_POLICIES]:
-        print(registry.describe())
+    if common.listed_policies(values, registry):
         return 0
     nri = nri_settings(values, os.environ)
-    settings = _settings(values, registry)
-    try:
-        config = initial_config(settings, registry.names())
-        if values[relay_cli.PRINT_CONFIG]:
-            print(printconfig.render(settings, config, registry))
-            return 0
-        printconfig.check(settings, config, registry)  # a bad value exits 2 before the runtime is met
-    except ValueError as e:  # ConfigError, DumpSpecError and TopologyError are ValueErrors
-        raise flags.UsageError(str(e)) from None
-    debug = logsetup.setup(settings.logger_debug, values[relay_cli.LOG_FORMAT])
-    return asyncio.run(app.run(settings, nri, registry, debug.set_config_debug))
-
-
-def _settings(values: flags.Values, registry: Registry) -> Settings:
-    try:
-        registry.lookup(values[relay_cli.POLICY])
-    except UnknownPolicy as e:
-        raise flags.UsageError(f"invalid value for -policy: {e}") from None
-    for flag in (relay_cli.FORCE_CONFIG, relay_cli.FALLBACK_CONFIG):
-        path = values[flag]
-        if path is not None and not os.access(path, os.R_OK):
-            raise flags.UsageError(f"invalid value for -{flag.name}: cannot read {path}")
-    try:
-        parse_specs(list(values[relay_cli.DUMP]))
-    except ValueError as e:
-        raise flags.UsageError(f"invalid value for -dump: {e}") from None
-    return Settings(
-        policy=values[relay_cli.POLICY], config_socket=values[relay_cli.CONFIG_SOCKET],
-        agent_socket="-", agent_export_interval=0, metrics_address=values[relay_cli.METRICS_ADDRESS],
-        dump=values[relay_cli.DUMP], dump_file=values[relay_cli.DUMP_FILE], dump_format=values[relay_cli.DUMP_FORMAT],
-        dump_unredacted=values[relay_cli.DUMP_UNREDACTED], dump_max_size=values[relay_cli.DUMP_MAX_SIZE],
-        logger_debug=values[relay_cli.LOGGER_DEBUG], reconcile_period=values[relay_cli.RECONCILE_PERIOD],
-        state_dir=values[relay_cli.STATE_DIR], host_root=values[relay_cli.HOST_ROOT],
-        force_config=values[relay_cli.FORCE_CONFIG], fallback_config=values[relay_cli.FALLBACK_CONFIG],
-        dry_run=values[relay_cli.DRY_RUN], disable_policy_switch=values[relay_cli.DISABLE_POLICY_SWITCH],
-    )
+    # No agent: the plugin publishes nothing on the Node.
+    settings = common.settings(values, registry, Settings(agent_socket=DISABLED, agent_export_interval=0))
+    if common.printed_or_checked(values, settings, registry):  # a bad value exits 2 before the runtime is met
+        return 0
+    return asyncio.run(app.run(settings, nri, registry, common.log_setup(values, settings)))
 
 
 if __name__ == "__main__":

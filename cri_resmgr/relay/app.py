@@ -1,26 +1,24 @@
-"""Wires the relay's parts together and runs them until SIGTERM/SIGINT."""
+"""Wires the relay's parts together and runs them until SIGTERM/SIGINT: the runtime
+channels, the transport, the runtime probe and the reconcile with the runtime, around the
+services it shares with the NRI plugin (`frontend/services.py`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import signal
 from collections.abc import Callable
-from wsgiref.simple_server import WSGIServer
 
-from cri_resmgr import __version__, supervise
+from cri_resmgr import __version__
 from cri_resmgr.config import ConfigError, Settings
-from cri_resmgr.config.service import ConfigServer
 from cri_resmgr.config.settings import DISABLED
-from cri_resmgr.dump import Dumper, parse_specs
-from cri_resmgr.engine.controller import AgentConfig, Controller
+from cri_resmgr.engine.controller import Controller
 from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
-from cri_resmgr.frontend import health, metrics, nodeexport, sdnotify, statelock
-from cri_resmgr.frontend.agent_client import AgentClient
+from cri_resmgr.frontend import sdnotify
+from cri_resmgr.frontend.services import Services, StartFailed
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.relay.runtime import CriRuntime
-from cri_resmgr.status import endpoint
 from cri_resmgr.transport import sockets
 from cri_resmgr.transport.contract import Transport
 from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -37,15 +35,10 @@ RUNTIME_PROBE_TIMEOUT = 2.0
 
 
 def validate(settings: Settings) -> None:
-    """Checks what can be checked before anything starts; raises ValueError."""
-    parse_specs(list(settings.dump))
+    """Checks the relay's own settings before anything starts; raises ValueError."""
     if settings.runtime_socket == DISABLED and settings.image_socket == DISABLED:
         raise ValueError("both the runtime and the image service are disabled ('-'): nothing to relay")
     relay = sockets.strip_scheme(settings.relay_socket)
-    if settings.metrics_address:
-        host, sep, port = settings.metrics_address.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"-metrics-address {settings.metrics_address!r}: expected HOST:PORT (or :PORT)")
     if settings.relay_transport == "h2" and _separate_image_socket(settings):
         raise ValueError("-relay-transport h2 relays to one socket, but the image socket "
                          f"{settings.image_socket} differs from the runtime socket {settings.runtime_socket}; "
@@ -115,12 +108,6 @@ async def _probe_runtime_every(runtime: RuntimePort, relay: Transport, period: f
             relay.runtime_probed(True)
 
 
-def _on_sighup(controller: Controller) -> None:
-    """SIGHUP: re-read -force-config and reopen the dump file (logrotate's postrotate)."""
-    controller.reopen_dump()
-    supervise.watched(asyncio.ensure_future(controller.reload_forced()), "SIGHUP reload")
-
-
 def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Upstream]:
     """The runtime and image channels (None: disabled; one channel when they share
     a socket), and the primary one: the runtime's, else the image service's."""
@@ -137,114 +124,83 @@ def _upstreams(settings: Settings) -> tuple[Upstream | None, Upstream | None, Up
     return runtime, image, primary
 
 
+async def _runtime_ready(primary: Upstream, timeout: float | None, stop: asyncio.Event) -> bool:
+    """Waits for the runtime to answer Version (logged); False if stopped first."""
+    ready = asyncio.ensure_future(primary.wait_ready(timeout=timeout))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({ready, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        ready.cancel()
+        log.info("stopped while waiting for the runtime")
+        return False
+    stopped.cancel()
+    try:
+        version = ready.result()
+    except TimeoutError as e:
+        raise StartFailed(str(e)) from None
+    log.info("runtime %s %s (CRI %s) at %s", version.runtime_name, version.runtime_version,
+             version.runtime_api_version, primary.path)
+    return True
+
+
 async def run(settings: Settings, registry: Registry, set_debug: Callable[[bool], None] | None = None) -> int:
     log.info("cri-resmgr %s starting", __version__)  # the first line: which build wrote this log
-    methods = MethodTable()
+    async with contextlib.AsyncExitStack() as stack:  # whatever way this returns, it undoes the start
+        try:
+            return await _run(Services(stack, settings), settings, registry, set_debug)
+        except StartFailed as e:
+            log.error("%s", e)
+            return 1
 
+
+async def _run(services: Services, settings: Settings, registry: Registry,
+               set_debug: Callable[[bool], None] | None) -> int:
     # Refuse early if another relay is live, before waiting on the runtime; and if another
     # front end (a relay on another socket, the NRI plugin) manages the state directory.
     try:
         sockets.prepare(sockets.strip_scheme(settings.relay_socket))
         if settings.config_socket != DISABLED:  # another relay's, live: not ours to take over
             sockets.prepare(sockets.strip_scheme(settings.config_socket), "config")
-        state_lock = statelock.acquire(settings.state_dir, "cri-resmgr relay")
-    except (sockets.SocketError, statelock.StateDirError) as e:
-        log.error("%s", e)
-        return 1
-    # The metrics address is bound now, not once the runtime answers: taken by another process,
-    # it would answer `-probe` and `cri-resmgr status` in this relay's name; so refuse to start.
-    http = None
-    if settings.metrics_address:
-        try:
-            http = health.listen(settings.metrics_address)
-        except OSError as e:
-            log.error("cannot serve metrics on %s: %s; refusing to start without /readyz and /state "
-                      "(give a free -metrics-address, or none)", settings.metrics_address, e.strerror or e)
-            state_lock.release()
-            return 1
-    try:
-        # The runtime channels only now: a refused start leaves no gRPC channel to its exit.
-        runtime, image, primary = _upstreams(settings)
-        try:
-            return await _serve(settings, registry, set_debug, methods, (runtime, image, primary), http)
-        finally:
-            for up in {id(u): u for u in (runtime, image) if u is not None}.values():
-                await up.close()
-    finally:
-        if http is not None:
-            await asyncio.to_thread(http.shutdown)
-            http.server_close()
-        state_lock.release()
-
-
-async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bool], None] | None,
-                 methods: MethodTable, upstreams: tuple[Upstream | None, Upstream | None, Upstream],
-                 http: WSGIServer | None) -> int:
-    runtime, image, primary = upstreams
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-    ready = asyncio.ensure_future(primary.wait_ready(timeout=settings.runtime_wait_timeout))
-    stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({ready, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    if not ready.done():
-        ready.cancel()
-        log.info("stopped while waiting for the runtime")
+    except sockets.SocketError as e:
+        raise StartFailed(str(e)) from None
+    services.lock_state("cri-resmgr relay")
+    http = services.listen_http()
+    # The runtime channels only now: a refused start leaves no gRPC channel to its exit.
+    runtime, image, primary = _upstreams(settings)
+    for up in {id(u): u for u in (runtime, image) if u is not None}.values():
+        services.at_end_async(up.close)
+    stop = services.stop_event()
+    if not await _runtime_ready(primary, settings.runtime_wait_timeout, stop):
         return 0
-    stopped.cancel()
-    try:
-        version = ready.result()
-    except TimeoutError as e:
-        log.error("%s", e)
-        return 1
-    log.info("runtime %s %s (CRI %s) at %s", version.runtime_name, version.runtime_version,
-             version.runtime_api_version, primary.path)
 
+    methods = MethodTable()
     relay = make_relay(settings, runtime, image, methods, primary)
-
-    def make_dumper(specs: list[str], file: str | None, fmt: str, redact: bool) -> Dumper:
-        return Dumper(specs, file=file, fmt=fmt, redact=redact, methods=methods, max_size=settings.dump_max_size)
-
     port = CriRuntime(primary)
-    controller = Controller(settings.engine(), registry, TransportFeed(relay), port, make_dumper, set_debug)
+    controller = services.engine(registry, TransportFeed(relay), port, methods, set_debug)
     try:
         await controller.apply(controller.initial_config())
     except ConfigError as e:
-        log.error("%s", e)
-        await controller.close()
-        return 1
-    loop.add_signal_handler(signal.SIGHUP, _on_sighup, controller)
+        raise StartFailed(str(e)) from None
+    services.reload_on_sighup(controller)
 
-    config_server = None
+    # A start that fails stops the relay at once; a stop asked for gives calls in flight the grace.
+    grace = 0.0
+
+    async def stop_relay() -> None:
+        await relay.stop(grace)
+
+    services.at_end_async(stop_relay)
     try:
         await relay.start()
-        if settings.config_socket != DISABLED:
-            config_server = ConfigServer(AgentConfig(controller), sockets.strip_scheme(settings.config_socket))
-            await config_server.start()
+        await services.serve_config(controller)
     except Exception as e:  # bind failures and the like: one clear line, no traceback
-        log.error("cannot serve: %s", e)
-        await relay.stop(0)
-        await controller.close()
-        return 1
-    if http is not None:
-        health.attach(http, metrics.registry(controller, relay), health.on_loop(controller, loop),
-                      endpoint.on_loop(controller, loop))
+        raise StartFailed(f"cannot serve: {e}") from None
+    services.serve_http(http, controller, relay)
     # Supervised (supervise.py): an error nobody expected is logged and the task restarted.
-    reconciling = None
-    if settings.reconcile_period > 0:  # a no-op while the none policy is in force
-        reconciling = supervise.start("reconcile", lambda: _reconcile_every(controller, settings.reconcile_period))
-    probing = None
+    services.reconcile(_reconcile_every, controller)  # a no-op while the none policy is in force
     if http is not None:  # runtime_up is read only there
-        probing = supervise.start("runtime probe", lambda: _probe_runtime_every(port, relay, RUNTIME_PROBE_PERIOD))
-    exporting = None
-    if settings.agent_socket != DISABLED and settings.agent_export_interval > 0:
-        client = AgentClient(sockets.strip_scheme(settings.agent_socket))
-        export = nodeexport.NodeExport(client, lambda: controller.policy_name, controller.usage,
-                                       settings.agent_export_interval)
-        exporting = supervise.start("node export", export.run)
+        services.supervise("runtime probe", lambda: _probe_runtime_every(port, relay, RUNTIME_PROBE_PERIOD))
+    services.export_node(controller)
     log.info("policy %s active; reconciling with the runtime %s", controller.policy_name,
              f"every {settings.reconcile_period:g}s" if settings.reconcile_period > 0 else "never (disabled)")
     # Type=notify: systemd starts kubelet (Before=kubelet.service) only now that the relay serves.
@@ -252,11 +208,5 @@ async def _serve(settings: Settings, registry: Registry, set_debug: Callable[[bo
     await stop.wait()
     sdnotify.notify("STOPPING=1")
     log.info("shutting down")
-    for task in (reconciling, exporting, probing):
-        if task is not None:
-            task.cancel()
-    await relay.stop(STOP_GRACE_SECONDS)
-    if config_server is not None:
-        await config_server.stop()
-    await controller.close()
+    grace = STOP_GRACE_SECONDS
     return 0

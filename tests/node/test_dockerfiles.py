@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cri_resmgr.relay.cli import COMMAND, FALLBACK_CONFIG
+from cri_resmgr.frontend.commandline import FALLBACK_CONFIG
+from cri_resmgr.relay.cli import COMMAND
 
 REPO = Path(__file__).resolve().parents[2]
 
