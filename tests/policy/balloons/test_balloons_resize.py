@@ -263,3 +263,40 @@ def test_a_dedicated_container_grows_where_it_is_by_whole_cores(two_nodes):
 
     resize(p, "x", 3000)
     assert p.balloon_of("x").cpus == CPUSet("5-7")
+
+
+def test_a_refused_resize_leaves_an_empty_balloon_where_it_was(two_nodes):
+    # The empty MinBalloons balloon dp[0] was made on CPU 2 when most CPUs were free. A
+    # refusal used to put the balloons back by a restore, which keeps only the balloons with
+    # containers and makes MinBalloons up afresh: dp[0] went to CPU 15, and the default
+    # balloon's containers (sharing idle CPUs) saw 2 instead of 15 with nobody told.
+    dp = {"Name": "dp", "Namespaces": ["dp"], "MinBalloons": 1, "MinCPUs": 1}
+    shares = {"Name": "default", "ShareIdleCPUsInSame": "system"}
+    p = policy(two_nodes, [dp, dict(BATCH, MaxBalloons=1), shares])
+    assert p.book.balloons["dp[0]"].cpus == CPUSet([2])
+    p.allocate(wl("d", 6000))
+    p.allocate(wl("a", 1000, "batch"))
+    before = state(p)
+
+    with pytest.raises(ResizeError):
+        resize(p, "a", 14000)
+    assert p.book.balloons["dp[0]"].cpus == CPUSet([2])
+    assert state(p) == before
+
+
+def test_a_refused_resize_keeps_the_balloons_names(two_nodes):
+    # The empty MinBalloons balloon is dp[1] (dp[0] went with its container); a restore
+    # would make MinBalloons up as dp[0].
+    dp = {"Name": "dp", "Namespaces": ["dp"], "MinBalloons": 1, "MinCPUs": 1, "MaxCPUs": 1}
+    p = policy(two_nodes, [dp, dict(BATCH, MaxBalloons=1)])
+    p.allocate(wl("x", 1000, "dp"))
+    p.allocate(wl("y", 1000, "dp"))  # dp[0] is full: dp[1]
+    p.release("x")
+    p.release("y")  # dp[1] stays (MinBalloons), empty
+    assert [b.name for b in p.balloons() if b.type.name == "dp"] == ["dp[1]"]
+    p.allocate(wl("a", 1000, "batch"))
+    before = state(p)
+
+    with pytest.raises(ResizeError):
+        resize(p, "a", 15000)  # 14 CPUs are not reserved nor dp[1]'s
+    assert state(p) == before
