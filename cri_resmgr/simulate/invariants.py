@@ -101,6 +101,10 @@ class Checker:
                 self._requests.pop(e.key, None)
             reported.update(e.decision.others)
         resources, containers = self.policy.resources, self.cache.containers
+        for key in subjects:  # what a released container held is free before others are judged
+            if not self._alive(key):
+                self._set_exclusive(where, key, _EMPTY)
+        self._refresh_moved(where, reported.keys() - subjects)
         # Within one call the others a decision moved mostly share a few Resources objects:
         # each object is judged once (the objects stay alive while the call is checked).
         judged: dict[int, str | None] = {}
@@ -123,6 +127,25 @@ class Checker:
         for key in allocated:
             if self._alive(key):
                 self._placement(where, key, new=True)
+
+    def _refresh_moved(self, where: str, others: Iterable[str]) -> None:
+        """An other whose new cpuset leaves out the exclusive CPUs last seen was given new
+        ones without a decision on it (a dedicated balloon moved or grew on another's
+        release): its exclusive CPUs are asked again, all released before any is taken, so
+        that nobody is judged against CPUs it gave up (they were reported as double-booked)."""
+        stale = []
+        for key in others:
+            last = self._exclusive_of.get(key)
+            held = self.policy.resources(key) if last is not None else None
+            if held is not None and not last <= held.cpuset_cpus:
+                stale.append(key)
+        fresh = []
+        for key in stale:
+            a = self.policy.assignment(key)
+            fresh.append((key, a.exclusive if a is not None else _EMPTY))
+            self._set_exclusive(where, key, _EMPTY)
+        for key, exclusive in fresh:
+            self._set_exclusive(where, key, exclusive)
 
     def _placement(self, where: str, key: str, new: bool) -> None:
         """A placed container's exclusive CPUs: whole cores (`new`: just decided), and

@@ -191,6 +191,31 @@ def test_siblings_a_balloon_holds_are_not_free():
     assert any("split the cores" in v for v in bad), bad
 
 
+def test_an_other_given_new_exclusive_cpus_on_anothers_release_is_judged_by_them():
+    # d (exclusive 0-1) is moved to 2-3 when x (exclusive 4-5) is released, as a dedicated
+    # balloon regrows; s, shared, moves onto 0-1. Before, the checker judged s against
+    # d's old CPUs and d against its old ones: 2 violations of nothing.
+    topo = topology_of("1s/8c/1t")
+    held = {"d": (Resources(CPUSet("0-1"), "0"), CPUSet("0-1")), "x": (Resources(CPUSet("4-5"), "0"), CPUSet("4-5")),
+            "s": (Resources(CPUSet("2-3,6-7"), "0"), CPUSet())}
+    cache = Cache(None)
+    checker = Checker(topo, topo.online, _Fixed(held, topo.online), cache)
+    for key, w in {"d": _w("d"), "x": _w("x"), "s": _w("s", QoS.BURSTABLE, 500)}.items():
+        _admit(cache, key, w)
+        checker.after_call(f"create {key}", [_event(key, held[key][0])])
+    cache.containers["x"].released = True
+    del held["x"]
+    held["d"] = (Resources(CPUSet("2-3"), "0"), CPUSet("2-3"))
+    held["s"] = (Resources(CPUSet("0-1,4-7"), "0"), CPUSet())
+    moved = Decision(others={"s": held["s"][0], "d": held["d"][0]})
+    checker.after_call("release x", [Event("release", "x", "x", moved, 0, None)])
+    assert checker.violations == []
+    # A real double booking among them is still one: s moved onto d's new CPUs.
+    held["s"] = (Resources(CPUSet("0-3"), "0"), CPUSet())
+    checker.after_call("move s", [Event("release", "y", "y", Decision(others={"s": held["s"][0]}), 0, None)])
+    assert checker.violations == ["move s: default/s:c: cpuset 0-3 includes CPUs 2-3 exclusive to default/d:c"]
+
+
 def test_balloons_churn_with_dedicated_balloons_reports_no_split_on_shared_balloons_cpus():
     # `cri-resmgr simulate -shape 1s/8c/2t -churn 2000 -resizes 0.3 -seed 1` with this
     # configuration: at call 1441 a resize gave ns0/churn-00182:c0 CPUs 1,3,6,15, and the
