@@ -268,7 +268,7 @@ class Checker:
         # usage() does not tell) or not given way (a policy fault). Named, for the reader.
         owners = Counter(cpu for p in usage.pools for cpu in p.cpus)
         slack = [f"{p.name} {len(p.cpus - self.reserved)} CPUs for {p.requested_milli}m" for p in usage.pools
-                 if p.kind and not p.exclusive and all(owners[cpu] == 1 for cpu in p.cpus)
+                 if p.kind and not p.exclusive and not p.hidden and all(owners[cpu] == 1 for cpu in p.cpus)
                  and len(p.cpus - self.reserved) > -(-p.requested_milli // 1000)]
         return f"{text}; held beyond their requests: {', '.join(slack[:5])}" if slack else text
 
