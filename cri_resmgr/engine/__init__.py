@@ -7,7 +7,7 @@ to the others), `cri` (the relay's adapter: CRI requests decoded into the core's
 forms, its decisions written into the forwarded request) with `messages` (the CRI
 messages it receives, checked to be the types it reads) and `exits` (crash
 detection in kubelet's list and status replies), `cache` (pods and containers,
-saved across restarts), `classify` (pod and container -> policy Workload),
+saved across restarts; `saves` writes it), `classify` (pod and container -> policy Workload),
 `enforce` (updates to the other containers), `adopt` (start-up adoption of the
 runtime's running containers) and `controller` (builds and swaps them when the
 configuration changes). It uses the transport only through `transport.contract`,

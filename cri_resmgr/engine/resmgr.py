@@ -21,7 +21,6 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from cri_resmgr import supervise
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
@@ -43,17 +42,13 @@ from cri_resmgr.engine.core import (
 )
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
+from cri_resmgr.engine.saves import Saves
 from cri_resmgr.policy import resize as policy_resize
 from cri_resmgr.policy.api import Assignment, Decision, Policy, ResizeError, Resources, Workload
 from cri_resmgr.topology.cpuset import CPUSet
 
 log = logging.getLogger(__name__)
 
-# Saves are coalesced: at most one state write per this many seconds, written
-# and fsynced off the event loop, so kubelet's calls never wait on the disk.
-# A crash in between loses nothing that matters: start-up adoption takes in
-# containers the saved state does not know.
-SAVE_DELAY = 0.1
 # Every event, and containers seen exited.
 EVENTS = POD_EVENTS | CONTAINER_EVENTS | {EXITS}
 
@@ -112,8 +107,7 @@ class ResourceManager:
         # The message each container's `resources` dict stands for, by key, while they
         # agree: _sync changes a copy of it instead of parsing and re-encoding the dict.
         self._linux: dict[str, pb.LinuxContainerResources] = {}
-        self._dirty = False
-        self._save_task: asyncio.Task[None] | None = None
+        self._saves = Saves(cache, policy_name, policy)
         self._timer = timers.PolicyTimer(policy, self._on_timer)  # a no-op for most policies
         # The reconcile's check of the real cpusets (None: not checked): the reader,
         # each running container's init pid by id, and the (wanted, real) pair each
@@ -160,7 +154,7 @@ class ResourceManager:
     async def pod_started(self, pod: PodRecord) -> None:
         async with self._lock:
             self._cache.add_pod(pod)
-            self._save()
+            self._saves.mark()
 
     async def pod_stopped(self, pod_id: str) -> None:
         await self._release_pod(pod_id, remove=False)
@@ -178,7 +172,7 @@ class ResourceManager:
             if remove:
                 self._cache.remove_pod(pod_id)
             self._sync(changed, f"{'removing' if remove else 'stopping'} {what}")
-            self._save()
+            self._saves.mark()
 
     # -- containers ---------------------------------------------------------------
 
@@ -241,7 +235,7 @@ class ResourceManager:
                 # Others created concurrently may have changed this one meanwhile.
                 changed.add(key)
             self._sync(changed, f"creating {w}")
-            self._save(key)
+            self._saves.mark(key)
             self._timer.rearm()
         return placed
 
@@ -354,7 +348,7 @@ class ResourceManager:
         if change is not None:
             async with self._lock:
                 self._sync(changed, f"resizing {c.workload}")
-                self._save(c.key)
+                self._saves.mark(c.key)
         return keep
 
     def _resized(self, c: ContainerRecord, change: resize.Resize) -> set[str] | None:
@@ -414,11 +408,11 @@ class ResourceManager:
                     log.warning("%s: the runtime refused the resize, and its old size cannot be had again: %s; "
                                 "it keeps the new size", old, e)
                     self._sync({c.key, *changed}, f"resizing {c.workload} (the runtime refused the update)")
-                    self._save(c.key)
+                    self._saves.mark(c.key)
                     return
                 self._sync({c.key, *decision.others}, f"the runtime's refusal to resize {old}")
             c.workload = old
-            self._save(c.key)
+            self._saves.mark(c.key)
 
     def on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         """Containers a reply shows exited: released (the reply's status waits) if
@@ -442,7 +436,7 @@ class ResourceManager:
                     self._counts.released_on_exit += 1
                     changed |= self._release(c)
             self._sync(changed, "containers exited")
-            self._save()
+            self._saves.mark()
 
     async def _released_by_id(self, container_id: str, drop: bool = False) -> None:
         c = self._cache.by_id(container_id)
@@ -454,7 +448,7 @@ class ResourceManager:
                 self._cache.remove_container(c.key)
                 self._applied.pop(c.key, None)
             self._sync(changed, f"{'removing' if drop else 'stopping'} {c.workload}")
-            self._save()
+            self._saves.mark()
 
     def _release(self, c: ContainerRecord) -> set[str]:
         """Releases a container's CPUs (lock held); returns the keys whose resources changed."""
@@ -540,53 +534,20 @@ class ResourceManager:
         if self._note:
             self._note(text)
 
-    def _save(self, *placed: str) -> None:
-        """Marks the state dirty and makes sure a deferred save will run (lock held).
-        What changed is encoded now (`Cache.settle`: some 20-40 us for a create), not
-        at the save: under churn a save would otherwise encode some hundred records
-        at once, a stall of milliseconds for whichever call arrives then. `placed`:
-        containers just placed, whose new assignments are encoded now too."""
-        self._cache.settle(placed, self._policy.assignment)
-        self._dirty = True
-        if self._save_task is None or self._save_task.done():
-            self._save_task = supervise.watched(
-                asyncio.get_running_loop().create_task(self._save_later(), name="state-save"), "state save")
-
-    async def _save_later(self) -> None:
-        while True:
-            # Also between writes: changes made during a write wait for the next
-            # round, or under churn saves would follow each other without a pause.
-            await asyncio.sleep(SAVE_DELAY)
-            if not self._dirty:
-                return
-            self._dirty = False
-            data = self._cache.snapshot(self._policy_name, self._policy.assignments())
-            try:
-                await asyncio.to_thread(self._cache.write, data)
-            except OSError as e:
-                log.error("cannot save state to %s: %s", self._cache.path, e)
-
     def save_now(self) -> None:
-        self._dirty = False
-        try:
-            self._cache.save(self._policy_name, self._policy.assignments())
-        except OSError as e:
-            log.error("cannot save state to %s: %s", self._cache.path, e)
+        self._saves.now()
 
     def retire(self) -> None:
         """Replaced by another manager (policy switch): its pending save must not
         overwrite the successor's state."""
         self._timer.cancel()
-        if self._save_task is not None:
-            self._save_task.cancel()
-        self._dirty = False
+        self._saves.cancel()
 
     async def close(self) -> None:
         """Writes what is pending (clean shutdown)."""
         self._timer.cancel()
-        if self._save_task is not None and not self._save_task.done():
-            self._save_task.cancel()
-        self.save_now()
+        self._saves.cancel()
+        self._saves.now()
 
     # -- reconcile with the runtime --------------------------------------------------------
 
@@ -629,7 +590,7 @@ class ResourceManager:
                 changed |= self._adopt(record)
                 adopted += 1
             self._sync(changed, "reconciling with the runtime")
-            self._save()
+            self._saves.mark()
             self._timer.rearm()
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
@@ -747,7 +708,7 @@ class ResourceManager:
                     log.info("%s: %s (timer)", c.workload,
                              describe.Placement(self._policy.assignment(key), decision.others[key]))
             self._sync(set(decision.others), "the policy's timer")
-            self._save()
+            self._saves.mark()
             self._timer.rearm()
 
 

@@ -5,9 +5,10 @@ keeping the exclusive CPUs it has where they can, topology-aware places it again
 puts its old member back on a refusal, balloons keeps it in its balloon when that can
 take the new size and otherwise goes `by_replacing`: the container is released and
 allocated again with its new requests, and when the new size cannot be met, the
-policy's whole state is restored from the assignments it had (`put_back`), so nothing
-moves (a restore only when a resize is refused). A policy that is not Resizable is
-resized by_replacing with what the engine knows of its containers.
+policy's state is put back as it was (balloons swaps back a copy of its book taken
+before), so nothing moves. A policy that is not Resizable is resized by_replacing with
+what the engine knows of its containers: a refusal restores its state from the
+assignments it had (`put_back`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 from cri_resmgr.policy.api import Assignment, Decision, Policy, Resizable, ResizeError, Workload
 
-__all__ = ["resize", "by_replacing", "put_back", "refusal"]
+__all__ = ["resize", "by_replacing", "putting_back", "put_back", "refusal"]
 
 # A policy's allocate that also says why the placement does not meet the request (None:
 # it does); by default any warning of its decision is taken for that.
@@ -35,23 +36,22 @@ def resize(policy: Policy, workload: Workload, placed: Callable[[], list[Workloa
     Raises ResizeError (nothing changed) when the new size cannot be met."""
     if isinstance(policy, Resizable):
         return policy.resize(workload)
-    return by_replacing(policy, workload, placed())
+    return by_replacing(policy, workload, putting_back(policy, placed()))
 
 
-def by_replacing(policy: Policy, workload: Workload, placed: list[Workload], place: Place | None = None) -> Decision:
-    """Release and allocate; on a refusal the policy's state is restored from `placed`
-    (every container it holds, with its old workload) and the assignments it had.
+def by_replacing(policy: Policy, workload: Workload, undo: Callable[[], None], place: Place | None = None) -> Decision:
+    """Release and allocate; on a refusal (or an exception) `undo()` puts the policy's
+    state back as it was before this call (`putting_back`, or the policy's own).
     `place`: the policy's allocate with what makes it a refusal (see Place)."""
     place = place or (lambda w: _warned(policy.allocate(w)))
-    before = dict(policy.assignments())  # its own objects: no copy of what they hold
     released = policy.release(workload.key)
     try:
         decision, unmet = place(workload)
     except BaseException:
-        put_back(policy, placed, before)
+        undo()
         raise
     if unmet:
-        put_back(policy, placed, before)
+        undo()
         raise ResizeError(refusal(unmet))
     others = {**released.others, **decision.others}
     others.pop(workload.key, None)
@@ -62,10 +62,19 @@ def _warned(decision: Decision) -> tuple[Decision, str | None]:
     return decision, decision.warning
 
 
+def putting_back(policy: Policy, placed: list[Workload]) -> Callable[[], None]:
+    """An undo for by_replacing that any policy supports: `put_back` with the assignments
+    the policy has now."""
+    before = dict(policy.assignments())  # its own objects: no copy of what they hold
+    return lambda: put_back(policy, placed, before)
+
+
 def put_back(policy: Policy, placed: list[Workload], before: Mapping[str, Assignment]) -> None:
     """The policy's state as `before` (its assignments) says, `placed` the containers it
     held with their old workloads: for a refused resize after the policy changed things.
-    Every assignment was valid a moment ago, so a restore keeps each one as it was."""
+    Every assignment was valid a moment ago, so a restore keeps each one as it was (what
+    a policy holds beyond its containers' assignments, such as balloons' empty balloons,
+    it may rebuild otherwise: balloons puts its own copy back instead)."""
     policy.restore([(w, before.get(w.key)) for w in placed], live=False)
 
 

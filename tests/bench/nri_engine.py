@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config import parse_document
 from cri_resmgr.engine import cri
-from cri_resmgr.engine import resmgr as resmgr_module
+from cri_resmgr.engine import saves as saves_module
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.controller import build_policy
 from cri_resmgr.engine.enforce import Enforcer
@@ -133,11 +133,11 @@ def run(containers: int = 1000, rounds: int = 5, profile: cProfile.Profile | Non
             await b.up.channel.close()
             await fake.stop()
 
-    delay, resmgr_module.SAVE_DELAY = resmgr_module.SAVE_DELAY, 3600.0  # saves only when the bench says
+    delay, saves_module.SAVE_DELAY = saves_module.SAVE_DELAY, 3600.0  # saves only when the bench says
     try:
         result = asyncio.run(main())
     finally:
-        resmgr_module.SAVE_DELAY = delay
+        saves_module.SAVE_DELAY = delay
         shutil.rmtree(work, ignore_errors=True)
     result["containers"] = containers
     return result

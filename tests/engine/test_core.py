@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.config import parse_document
@@ -23,7 +24,7 @@ from cri_resmgr.policy.api import Resources
 from cri_resmgr.policy.registry import default_registry
 from cri_resmgr.topology import discover
 from cri_resmgr.topology.cpuset import CPUSet
-from cri_resmgr.transport.contract import InterceptError, Request
+from cri_resmgr.transport.contract import UNCHANGED, InterceptError, Request
 from tests.harness import sysfs
 
 CONFIG = "policy:\n  Active: static\n  ReservedResources:\n    CPU: 2\n"
@@ -143,9 +144,9 @@ def test_a_failing_policy_fails_the_create_closed_or_lets_it_through_open(tmp_pa
 def test_the_cri_adapter_writes_the_decision_into_the_request_and_maps_refusals(tmp_path: Path) -> None:
     m = _manager(tmp_path)
     table = cri.interceptors(m)
-    forwarded: list[object] = []
+    forwarded: list[Message] = []
 
-    async def forward(msg: object) -> object:
+    async def forward(msg: Message) -> Message:
         forwarded.append(msg)
         if isinstance(msg, pb.CreateContainerRequest):
             return pb.CreateContainerResponse(container_id="cid-g")
@@ -178,3 +179,22 @@ def test_a_core_gets_only_the_calls_it_takes() -> None:
     assert cri.interceptors(None) == {}
     classes_only = ClassesOnly(None, None, ())  # type: ignore[arg-type]
     assert set(cri.interceptors(classes_only)) == {"StartContainer"}
+
+
+def test_the_relays_feed_makes_the_core_its_transports_table(tmp_path: Path) -> None:
+    class _Transport:
+        def __init__(self) -> None:
+            self.calls: list[dict[str, object]] = []
+
+        def reconfigure(self, **changes: object) -> None:
+            self.calls.append(changes)
+
+    transport = _Transport()
+    feed = cri.TransportFeed(transport)  # type: ignore[arg-type]
+    feed.reconfigure(engine=_manager(tmp_path))
+    feed.reconfigure(dumper=None)  # the table in force is kept: not handed again
+    feed.reconfigure(engine=None)
+    first, second, third = transport.calls
+    assert "CreateContainer" in first["interceptors"] and first["dumper"] is UNCHANGED  # type: ignore[operator]
+    assert second == {"dumper": None}
+    assert third == {"interceptors": {}, "dumper": UNCHANGED}

@@ -7,7 +7,6 @@ under a memory limit and a timeout; the rest run in-process."""
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -50,11 +49,14 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 def run_limited(*args: str, memory_mb: int = 1024, timeout: float = 60) -> tuple[int, str, str]:
     """In a child under an address-space limit: a MemoryError, a segfault or a hang fails the test."""
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-
-    p = subprocess.run([sys.executable, "-m", "cri_resmgr.cli", "simulate", "-policy", "static", *args],
-                       capture_output=True, text=True, timeout=timeout, preexec_fn=limit)
+    # The limit is set by a launcher in the child, not by a preexec_fn: Python code run between
+    # fork and exec in a pytest process where gRPC has started (other tests) lets gRPC's fork
+    # handlers write to the child's stderr ("epoll_wait error: Bad file descriptor").
+    launcher = ("import os, resource, sys; n = int(sys.argv[1]) << 20; "
+                "resource.setrlimit(resource.RLIMIT_AS, (n, n)); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'cri_resmgr.cli', *sys.argv[2:]])")
+    p = subprocess.run([sys.executable, "-c", launcher, str(memory_mb), "simulate", "-policy", "static", *args],
+                       capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -10,6 +10,9 @@ or idle), and reports every member whose cpuset moved.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 from cri_resmgr.policy.api import Resources
 from cri_resmgr.policy.balloons.assign import Balloon, lowest_free_index
 from cri_resmgr.policy.balloons.idle import lent_cpus
@@ -43,6 +46,19 @@ class Book:
         is left as it is (a refused restore puts it back)."""
         book = Book(self.config, self.near, self.assignable, self.reserved, self.mems)
         book.clear()
+        return book
+
+    def copy(self) -> Book:
+        """A copy that changes to this book leave as it is now (what a refused resize puts
+        back): the balloons, their members and the maps of them copied; the configuration,
+        the CPU sets (immutable) and the caches of the topology shared."""
+        book = copy.copy(self)
+        twin = {b: dataclasses.replace(b, members=dict(b.members), pods=dict(b.pods))
+                for b in self.balloons.values()}
+        book.balloons = {name: twin[b] for name, b in self.balloons.items()}
+        book.by_type = {name: [twin[b] for b in lst] for name, lst in self.by_type.items()}
+        book.member = {key: twin[b] for key, b in self.member.items()}
+        book.fallback = set(self.fallback)
         return book
 
     def clear(self) -> None:

@@ -240,6 +240,16 @@ class BalloonsPolicy:
             self._book = before
         return undo
 
+    def checkpoint(self) -> Callable[[], None]:
+        """What puts the policy back as it is now (a refused resize, resize.py): a copy of
+        the book, swapped in. A restore could not: it keeps only the balloons that hold
+        containers and makes MinBalloons up afresh, maybe elsewhere and by other names."""
+        saved = self._book.copy()
+
+        def undo() -> None:
+            self._book = saved
+        return undo
+
     # -- queries -------------------------------------------------------------------------------
 
     def resources(self, key: str) -> Resources | None:

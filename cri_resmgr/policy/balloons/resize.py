@@ -14,7 +14,9 @@ are recomputed once.
 Otherwise, and when it becomes dedicated in a balloon it shares, it is released and
 placed again (policy/resize.py by_replacing): it moves to another balloon of its type.
 When no balloon can hold the new size, or a dedicated balloon cannot take enough CPUs
-from the others, the resize is refused and every balloon is put back as it was.
+from the others, the resize is refused and every balloon is put back as it was: the
+policy swaps back a copy of its book taken before (BalloonsPolicy.checkpoint), empty
+balloons, names and lent CPUs included.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 from cri_resmgr.policy.api import Decision, ResizeError, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, type_for
 from cri_resmgr.policy.balloons.isolation import dedicated, reclaim
-from cri_resmgr.policy.resize import by_replacing, put_back
+from cri_resmgr.policy.resize import by_replacing
 from cri_resmgr.topology.cpuset import CPUSet
 
 if TYPE_CHECKING:
@@ -47,8 +49,7 @@ def resize(policy: BalloonsPolicy, w: Workload) -> Decision:
     b = book.member.get(w.key)
     way = _MOVE if b is None else _way(book, b, w)
     if way is _MOVE:
-        placed = [x.members[k] for k, x in book.member.items()]
-        return by_replacing(policy, w, placed, policy.place)
+        return by_replacing(policy, w, policy.checkpoint(), policy.place)
     assert b is not None
     return _in_place(policy, b, w, way is _Way.MAKE_ROOM)
 
@@ -102,8 +103,7 @@ def _whole_enough(book: Book, b: Balloon, n: int) -> bool:
 def _in_place(policy: BalloonsPolicy, b: Balloon, w: Workload, make_room: bool) -> Decision:
     book = policy.book
     # What a refusal puts back (only a dedicated balloon that takes others' CPUs may be refused).
-    before = (([x.members[k] for k, x in book.member.items()], dict(policy.assignments()))
-              if make_room else None)
+    undo = policy.checkpoint() if make_room else None
     old_free = book.free
     b.resize(w)
     changed = {b}
@@ -113,8 +113,8 @@ def _in_place(policy: BalloonsPolicy, b: Balloon, w: Workload, make_room: bool) 
         changed |= moved
         lacking = book.resize(b)
         if lacking:
-            assert before is not None
-            put_back(policy, *before)
+            assert undo is not None
+            undo()
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
             raise ResizeError(f"balloons: {w} ({w.key}) with its {w.cpu_request}m CPU request: {b.name} lacks "
                               f"{lacking} {unit} that are neither free nor held by other balloons beyond "

@@ -223,3 +223,80 @@ def test_a_container_becoming_dedicated_leaves_a_shared_balloon(two_nodes):
     assert p.balloon_of("h") is not shared and p.balloon_of("h").members.keys() == {"h"}
     assert p.assignment("h").exclusive == p.balloon_of("h").cpus
     assert set(by_name(p)) >= {"own[0]", "own[1]"} and d.resources.cpuset_cpus == p.balloon_of("h").cpus
+
+
+def test_a_dedicated_container_moves_rather_than_grow_on_split_cores(two_nodes):
+    # x holds 5; every free thread of package 0 (2, 6; 1 is beside the reserved CPU) is
+    # beside another pod's dedicated CPU, while package 1 has whole free cores. Grown to
+    # 3 CPUs where it is, it would split three cores; it moves to whole cores instead, as
+    # a create of 3 CPUs would be placed.
+    p = policy(two_nodes, [OWN, {"Name": "odd", "Namespaces": ["odd"], "PreferNewBalloons": True}])
+    for k in "abc":
+        p.allocate(g(k, 1000, "odd"))
+    p.allocate(g("x", 1000))
+    for k in "def":
+        p.allocate(g(k, 1000, "odd"))
+    assert p.balloon_of("x").cpus == CPUSet("5") and p.free == CPUSet("1,9-15")
+    p.release("a")
+    p.release("d")
+
+    d = resize(p, "x", 3000)
+    got = p.balloon_of("x").cpus
+    assert len(got) == 3 and got <= CPUSet("8-15") and d.resources.cpuset_cpus == got
+    split = [c for c in got if not two_nodes.siblings(c) <= got]
+    assert len(split) <= 1, got
+    assert p.assignment("x").exclusive == got
+
+
+def test_a_dedicated_container_grows_where_it_is_by_whole_cores(two_nodes):
+    # x holds 5; its sibling 4 is another pod's, 6-7 are free: grown to 3 CPUs it keeps 5
+    # and takes the whole core 6-7 (not a thread of it and another stray).
+    p = policy(two_nodes, [OWN, {"Name": "odd", "Namespaces": ["odd"], "PreferNewBalloons": True}])
+    for k in "abc":
+        p.allocate(g(k, 1000, "odd"))
+    p.allocate(g("x", 1000))
+    for k in "de":
+        p.allocate(g(k, 1000, "odd"))
+    p.release("d")
+    p.release("e")
+    assert p.balloon_of("x").cpus == CPUSet("5") and CPUSet("6-7") <= p.free
+
+    resize(p, "x", 3000)
+    assert p.balloon_of("x").cpus == CPUSet("5-7")
+
+
+def test_a_refused_resize_leaves_an_empty_balloon_where_it_was(two_nodes):
+    # The empty MinBalloons balloon dp[0] was made on CPU 2 when most CPUs were free. A
+    # refusal used to put the balloons back by a restore, which keeps only the balloons with
+    # containers and makes MinBalloons up afresh: dp[0] went to CPU 15, and the default
+    # balloon's containers (sharing idle CPUs) saw 2 instead of 15 with nobody told.
+    dp = {"Name": "dp", "Namespaces": ["dp"], "MinBalloons": 1, "MinCPUs": 1}
+    shares = {"Name": "default", "ShareIdleCPUsInSame": "system"}
+    p = policy(two_nodes, [dp, dict(BATCH, MaxBalloons=1), shares])
+    assert p.book.balloons["dp[0]"].cpus == CPUSet([2])
+    p.allocate(wl("d", 6000))
+    p.allocate(wl("a", 1000, "batch"))
+    before = state(p)
+
+    with pytest.raises(ResizeError):
+        resize(p, "a", 14000)
+    assert p.book.balloons["dp[0]"].cpus == CPUSet([2])
+    assert state(p) == before
+
+
+def test_a_refused_resize_keeps_the_balloons_names(two_nodes):
+    # The empty MinBalloons balloon is dp[1] (dp[0] went with its container); a restore
+    # would make MinBalloons up as dp[0].
+    dp = {"Name": "dp", "Namespaces": ["dp"], "MinBalloons": 1, "MinCPUs": 1, "MaxCPUs": 1}
+    p = policy(two_nodes, [dp, dict(BATCH, MaxBalloons=1)])
+    p.allocate(wl("x", 1000, "dp"))
+    p.allocate(wl("y", 1000, "dp"))  # dp[0] is full: dp[1]
+    p.release("x")
+    p.release("y")  # dp[1] stays (MinBalloons), empty
+    assert [b.name for b in p.balloons() if b.type.name == "dp"] == ["dp[1]"]
+    p.allocate(wl("a", 1000, "batch"))
+    before = state(p)
+
+    with pytest.raises(ResizeError):
+        resize(p, "a", 15000)  # 14 CPUs are not reserved nor dp[1]'s
+    assert state(p) == before
