@@ -19,7 +19,7 @@ from cri_resmgr.errors import CriResmgrError
 
 # A container as the engine tells them apart: "running" (paused too), "created" (not
 # started yet), "exited", "unknown" (the runtime said nothing the engine knows).
-ContainerState = Literal["created", "running", "exited", "unknown"]
+ContainerPhase = Literal["created", "running", "exited", "unknown"]
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -76,7 +76,7 @@ class ContainerInfo:
     pod_id: str
     name: str
     attempt: int
-    state: ContainerState
+    state: ContainerPhase
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
 

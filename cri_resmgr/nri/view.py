@@ -24,7 +24,7 @@ from cri_resmgr.engine.runtime import (
     DEFAULT_TIMEOUT,
     ContainerDetail,
     ContainerInfo,
-    ContainerState,
+    ContainerPhase,
     NotFound,
     PodInfo,
     RuntimeFailure,
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 RESTART_COUNT = "io.kubernetes.container.restartCount"  # kubelet's container annotation
 
-_STATES: dict[int, ContainerState] = {
+_STATES: dict[int, ContainerPhase] = {
     api.CONTAINER_CREATED: "created",
     api.CONTAINER_RUNNING: "running",
     api.CONTAINER_PAUSED: "running",

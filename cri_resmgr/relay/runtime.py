@@ -21,7 +21,7 @@ from cri_resmgr.engine.runtime import (
     DEFAULT_TIMEOUT,
     ContainerDetail,
     ContainerInfo,
-    ContainerState,
+    ContainerPhase,
     NotFound,
     PodInfo,
     RuntimeFailure,
@@ -36,7 +36,7 @@ R = TypeVar("R", bound=Message)
 V1 = "/runtime.v1.RuntimeService/"
 V1ALPHA2 = "/runtime.v1alpha2.RuntimeService/"
 
-_STATES: dict[int, ContainerState] = {
+_STATES: dict[int, ContainerPhase] = {
     pb.CONTAINER_CREATED: "created",
     pb.CONTAINER_RUNNING: "running",
     pb.CONTAINER_EXITED: "exited",

@@ -18,18 +18,21 @@ others it moved are the ones last seen (the full passes ask for every container)
   memory), so the kernel allocates locally first (one asking only for PMEM/HBM is free to);
 * no SMT core split while whole cores were free: a new container's exclusive CPUs do not
   take a core's worth of threads from cores they leave half taken (their siblings free)
-  while another core, wholly free before (no exclusive CPU, not reserved, of the same
-  kind: isolated or not) in the same NUMA node and L3 group, stayed out of them;
+  while another core, wholly free before (of the same kind: isolated or not) in the same
+  NUMA node and L3 group, stayed out of them; free is what the policy could have given
+  (its usage's exclusive_free: no pool or balloon holds it, no container has it);
 * no Guaranteed container sharing CPUs when the requests fit (judged when it is decided
   on, created or resized): a Guaranteed container with
   whole CPUs (not prefer-shared, not on the reserved CPUs) holds that many exclusive CPUs
   whenever the CPU requests of all live containers, the shared ones rounded up to whole
-  CPUs and at least one, fit the available CPUs that are neither reserved nor isolated.
+  CPUs and at least one, fit the available CPUs that are neither reserved nor isolated
+  (a pool hiding hyperthreads neither counted as room nor its requests as need).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cri_resmgr.engine.cache import Cache
@@ -98,6 +101,10 @@ class Checker:
                 self._requests.pop(e.key, None)
             reported.update(e.decision.others)
         resources, containers = self.policy.resources, self.cache.containers
+        for key in subjects:  # what a released container held is free before others are judged
+            if not self._alive(key):
+                self._set_exclusive(where, key, _EMPTY)
+        self._refresh_moved(where, reported.keys() - subjects)
         # Within one call the others a decision moved mostly share a few Resources objects:
         # each object is judged once (the objects stay alive while the call is checked).
         judged: dict[int, str | None] = {}
@@ -121,6 +128,25 @@ class Checker:
             if self._alive(key):
                 self._placement(where, key, new=True)
 
+    def _refresh_moved(self, where: str, others: Iterable[str]) -> None:
+        """An other whose new cpuset leaves out the exclusive CPUs last seen was given new
+        ones without a decision on it (a dedicated balloon moved or grew on another's
+        release): its exclusive CPUs are asked again, all released before any is taken, so
+        that nobody is judged against CPUs it gave up (they were reported as double-booked)."""
+        stale = []
+        for key in others:
+            last = self._exclusive_of.get(key)
+            held = self.policy.resources(key) if last is not None else None
+            if held is not None and not last <= held.cpuset_cpus:
+                stale.append(key)
+        fresh = []
+        for key in stale:
+            a = self.policy.assignment(key)
+            fresh.append((key, a.exclusive if a is not None else _EMPTY))
+            self._set_exclusive(where, key, _EMPTY)
+        for key, exclusive in fresh:
+            self._set_exclusive(where, key, exclusive)
+
     def _placement(self, where: str, key: str, new: bool) -> None:
         """A placed container's exclusive CPUs: whole cores (`new`: just decided), and
         a Guaranteed one's isolation."""
@@ -139,13 +165,27 @@ class Checker:
 
     def _split_problem(self, exclusive: CPUSet) -> str | None:
         """Threads of a core's worth taken from cores left half used, while a core that was
-        wholly free (before this container) stayed out: swapping them keeps every count."""
-        topo = self.topology
+        wholly free (before this container) stayed out: swapping them keeps every count.
+
+        Free is what the policy could have given: no other container's exclusive CPU, not
+        reserved, and not held by a pool or balloon (the policy's usage().exclusive_free,
+        after the call, with the container's own CPUs back). A shared balloon's CPUs are
+        no container's exclusive ones but are not free: taking the other thread of a core
+        whose sibling a balloon holds splits nothing the policy could have kept whole. The
+        first pass leaves out the policy's word (it costs a usage()); only a split found
+        that way is judged again with it."""
         others = self._all - exclusive.as_frozenset()  # exclusive to the other containers
 
-        def free(cpu: int) -> bool:
+        def unheld(cpu: int) -> bool:
             return cpu not in others and cpu in self.available and cpu not in self.reserved
 
+        if self._split(exclusive, unheld) is None:
+            return None
+        givable = self.policy.usage().exclusive_free | exclusive
+        return self._split(exclusive, lambda cpu: cpu in givable and unheld(cpu))
+
+    def _split(self, exclusive: CPUSet, free: Callable[[int], bool]) -> str | None:
+        topo = self.topology
         stray: list[int] = []  # exclusive CPUs whose core still has a free thread
         width = 1
         for cpu in exclusive:
@@ -159,6 +199,7 @@ class Checker:
         kind = stray[0] in isolated
         area = CPUSet().union(*(self._area_of(c) for c in stray))
         seen: set[int] = set()
+        found: CPUSet | None = None  # a free core; one the container has no thread of, if any
         for cpu in area:
             if cpu in seen:
                 continue
@@ -167,12 +208,12 @@ class Checker:
             if len(core) < 2 or not core <= area or core <= exclusive:
                 continue
             if all(free(s) and (s in isolated) == kind for s in core):
-                return (f"exclusive CPUs {exclusive} split the cores of CPUs {CPUSet(stray)} while core "
-                        f"{core} was free")
-        return None
-
-    def _free_cpu(self, cpu: int) -> bool:
-        return cpu in self.available and cpu not in self.reserved
+                found = core
+                if core.isdisjoint(exclusive):
+                    break
+        if found is None:
+            return None
+        return f"exclusive CPUs {exclusive} split the cores of CPUs {CPUSet(stray)} while core {found} was free"
 
     def _area_of(self, cpu: int) -> CPUSet:
         area = self._area.get(cpu)
@@ -203,11 +244,33 @@ class Checker:
         capacity = 1000 * len(self.available - self.reserved - self.topology.isolated)
         # The shared containers need a CPU of their own only where no reserved CPU is there
         # for them (kubelet's shared pool keeps the reserved CPUs).
-        need = isolated + 1000 * max(0 if self.reserved else 1, -(-shared // 1000))
+        floor = 0 if self.reserved else 1
+        need = isolated + 1000 * max(floor, -(-shared // 1000))
         if need > capacity:
             return None
-        return (f"a Guaranteed container of {whole} CPUs holds {len(exclusive)} exclusive CPUs although the "
+        # Judged again with the policy's usage (a cost only here): a pool that hides its
+        # cores' sibling threads (a HideHyperthreads balloon) holds whole cores for requests
+        # counted in threads, and gives none of them way: its CPUs are no capacity, its
+        # containers' requests no need.
+        usage = self.policy.usage()
+        hiding = [p for p in usage.pools if p.hidden]
+        if hiding:
+            held = CPUSet().union(*(p.cpus for p in hiding))
+            capacity -= 1000 * len(held & (self.available - self.reserved - self.topology.isolated))
+            shared -= sum(p.requested_milli for p in hiding)
+            need = isolated + 1000 * max(floor, -(-shared // 1000))
+            if need > capacity:
+                return None
+        text = (f"a Guaranteed container of {whole} CPUs holds {len(exclusive)} exclusive CPUs although the "
                 f"requests fit ({need}m of {capacity}m)")
+        # Pools of their own CPUs (balloons: not a tree's nested pools) holding whole CPUs
+        # beyond their requests: kept by configuration (a balloon type's MinCPUs, which
+        # usage() does not tell) or not given way (a policy fault). Named, for the reader.
+        owners = Counter(cpu for p in usage.pools for cpu in p.cpus)
+        slack = [f"{p.name} {len(p.cpus - self.reserved)} CPUs for {p.requested_milli}m" for p in usage.pools
+                 if p.kind and not p.exclusive and all(owners[cpu] == 1 for cpu in p.cpus)
+                 and len(p.cpus - self.reserved) > -(-p.requested_milli // 1000)]
+        return f"{text}; held beyond their requests: {', '.join(slack[:5])}" if slack else text
 
     def _wants_isolation(self, key: str) -> bool:
         c = self.cache.containers.get(key)

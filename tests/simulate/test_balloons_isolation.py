@@ -149,3 +149,42 @@ def test_a_dedicated_containers_pod_mates_get_balloons_of_their_own():
     # the fractional one is not dedicated: packed with its pod as the references do
     assert at["two:s"].balloon in (at["two:a"].balloon, at["two:b"].balloon) or \
         at["two:s"].balloon.startswith("dedicated")
+
+
+HIDING = """
+policy:
+  Active: balloons
+  ReservedResources: {CPU: "cpuset:0"}
+  balloons:
+    BalloonTypes:
+      - Name: dedicated
+        MatchExpressions: [{key: qosclass, operator: In, values: [Guaranteed]}]
+        PreferNewBalloons: true
+      - Name: ht
+        Namespaces: [ht]
+        HideHyperthreads: true
+"""
+
+
+def test_a_hidehyperthreads_balloons_whole_cores_are_no_room_for_a_dedicated_container():
+    # The ht balloon holds two whole cores (2-5) for 1500m; 4 + 2 CPUs of requests fit the
+    # 7 allocatable CPUs, but only 3 CPUs are in no balloon: the dedicated container is placed
+    # short by design (the policy reclaims nothing from such a balloon). The checker counted
+    # the hidden threads as room and reported it; the policy's usage tells them.
+    text = pod("h", "1500m", "ht", qos="burstable") + pod("g", "4")
+    o, at = run(HIDING, text, SHAPE)
+    assert len(at["h:c"].cpus) == 2 and len(at["g:c"].cpus) == 3
+
+
+def test_a_min_cpus_balloons_cpus_are_named_when_a_dedicated_container_is_short():
+    # MinCPUs keeps 4 CPUs for a BestEffort container; usage() does not tell a balloon's
+    # floor, so the checker cannot tell this from a balloon that did not give way: it
+    # reports the container short and names the balloon holding CPUs beyond its requests.
+    config = CONFIG.replace("Namespaces: [batch]", "Namespaces: [batch]\n        MinCPUs: 4")
+    registry = default_registry()
+    cfg = parse_document(config, "config.yaml", registry.names())
+    text = pod("be", None, "batch") + pod("g", "4")
+    o = simulate(pod_calls(parse_pods(text, "pods.yaml")), topology_of(SHAPE), cfg, "balloons", registry)
+    assert o.checker.violations == [
+        "call 5 (pod default/g:c): default/g:c: a Guaranteed container of 4 CPUs holds 3 exclusive CPUs "
+        "although the requests fit (4000m of 7000m); held beyond their requests: batch[0] 4 CPUs for 0m"]
