@@ -255,3 +255,25 @@ def test_plugin_a_config_socket_taken_closes_the_metrics_port_and_releases_the_l
     assert_nothing_left(where, port)
 
 
+
+
+def test_plugin_stopped_by_sigterm_undoes_the_same(where: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """No runtime on the NRI socket: the plugin keeps dialling until SIGTERM stops it."""
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+
+    async def scenario() -> tuple[int, set[asyncio.Task[Any]]]:
+        nri = nri_app.NriSettings(socket=str(where / "nri.sock"))
+        task = asyncio.ensure_future(nri_app.run(nri_settings(where, port), nri, default_registry()))
+        for _ in range(600):  # the signal handler is in place before the Config service serves
+            if (where / "config.sock").exists() or task.done():
+                break
+            await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        code = await asyncio.wait_for(task, 60)
+        await asyncio.sleep(0)
+        return code, asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    code, tasks = asyncio.run(scenario())
+    assert code == 0 and not tasks, errors(caplog)
+    assert "shutting down" in caplog.text and not errors(caplog)
+    assert_nothing_left(where, port)
