@@ -108,7 +108,9 @@ class ResourceManager:
         # agree: _sync changes a copy of it instead of parsing and re-encoding the dict.
         self._linux: dict[str, pb.LinuxContainerResources] = {}
         self._saves = Saves(cache, policy_name, policy)
-        self._timer = timers.PolicyTimer(policy, self._on_timer)  # a no-op for most policies
+        # Only a policy with deadlines of its own (timers.py) has a timer: the others' decisions
+        # do not call into one to learn there is nothing to arm.
+        self._timer = timers.PolicyTimer(policy, self._on_timer) if timers.has_deadlines(policy) else None
         # The reconcile's check of the real cpusets (None: not checked): the reader,
         # each running container's init pid by id, and the (wanted, real) pair each
         # key was last sent again for, so a difference that stays is sent once.
@@ -236,7 +238,7 @@ class ResourceManager:
                 changed.add(key)
             self._sync(changed, f"creating {w}")
             self._saves.mark(key)
-            self._timer.rearm()
+            self._rearm()
         return placed
 
     def _allocate(self, w: Workload, plain: Callable[[], Workload]) -> tuple[Decision, Workload]:
@@ -540,12 +542,14 @@ class ResourceManager:
     def retire(self) -> None:
         """Replaced by another manager (policy switch): its pending save must not
         overwrite the successor's state."""
-        self._timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         self._saves.cancel()
 
     async def close(self) -> None:
         """Writes what is pending (clean shutdown)."""
-        self._timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         self._saves.cancel()
         self._saves.now()
 
@@ -591,7 +595,7 @@ class ResourceManager:
                 adopted += 1
             self._sync(changed, "reconciling with the runtime")
             self._saves.mark()
-            self._timer.rearm()
+            self._rearm()
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
     async def _check_real(self, runtime: RuntimePort, running: list[str]) -> int:
@@ -696,7 +700,11 @@ class ResourceManager:
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
-        self._timer.rearm()
+        self._rearm()
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.rearm()
 
     async def _on_timer(self) -> None:
         """The policy's deadline has come (timers.py): apply what it decides then."""
@@ -709,7 +717,7 @@ class ResourceManager:
                              describe.Placement(self._policy.assignment(key), decision.others[key]))
             self._sync(set(decision.others), "the policy's timer")
             self._saves.mark()
-            self._timer.rearm()
+            self._rearm()
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:

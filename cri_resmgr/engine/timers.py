@@ -23,7 +23,12 @@ from cri_resmgr import supervise
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PolicyTimer"]
+__all__ = ["PolicyTimer", "has_deadlines"]
+
+
+def has_deadlines(policy: Any) -> bool:
+    """Whether the policy offers `next_deadline` and `expire`: only then does it need a timer."""
+    return callable(getattr(policy, "next_deadline", None)) and callable(getattr(policy, "expire", None))
 
 
 class PolicyTimer:

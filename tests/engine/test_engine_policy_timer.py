@@ -160,3 +160,25 @@ def test_cancelled_timer_stays_off():
         await asyncio.sleep(0.05)
 
     asyncio.run(run())
+
+
+def test_only_a_policy_with_deadlines_has_a_timer():
+    from cri_resmgr.engine.timers import has_deadlines
+
+    class Plain:
+        pass
+
+    class Deadlines:
+        def next_deadline(self) -> float | None:
+            return None
+
+        def expire(self, now: float) -> Decision:
+            return Decision()
+
+    class HalfOfIt:  # a deadline it could never act on is no timer either
+        def next_deadline(self) -> float | None:
+            return 1.0
+
+    assert not has_deadlines(Plain())
+    assert has_deadlines(Deadlines())
+    assert not has_deadlines(HalfOfIt())
