@@ -23,7 +23,7 @@ from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import AgentConfig, Controller, Feed
 from cri_resmgr.engine.runtime import RuntimePort
-from cri_resmgr.frontend import health, metrics, nodeexport, statelock
+from cri_resmgr.frontend import health, metrics, nodeexport, reconcile, statelock
 from cri_resmgr.frontend.agent_client import AgentClient
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.status import endpoint
@@ -109,12 +109,11 @@ class Services:
         """`run` as a supervised task (supervise.py), cancelled and awaited at the end."""
         self._stack.push_async_callback(_cancel, supervise.start(name, run))
 
-    def reconcile(self, every: Callable[[Controller, float], Coroutine[Any, Any, None]],
-                  controller: Controller) -> None:
-        """The periodic reconcile (-reconcile-period; 0: none), the front end's `every`."""
+    def reconcile(self, controller: Controller, words: reconcile.Wording) -> None:
+        """The periodic reconcile (-reconcile-period; 0: none; `reconcile.py`), in the front end's words."""
         period = self._settings.reconcile_period
         if period > 0:
-            self.supervise("reconcile", lambda: every(controller, period))
+            self.supervise("reconcile", lambda: reconcile.every(controller, period, words))
 
     def export_node(self, controller: Controller) -> None:
         """The node's CPUs published on its Node through the agent (-agent-socket,
