@@ -28,6 +28,7 @@ from cri_resmgr.nri.hooks import Hooks
 from cri_resmgr.nri.plugin import Identity, Plugin
 from cri_resmgr.nri.view import NriRuntime
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.topology import TopologyError
 from cri_resmgr.transport.methods import CRI_MODULES, MethodTable
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,10 @@ async def _run(services: Services, settings: Settings, nri: NriSettings, registr
     if (settings.policy != "none" or settings.force_config or settings.fallback_config
             or nri.handed_fd is not None):  # a launched plugin's configuration comes with Configure
         # Discovered before the runtime connects: the first Synchronize must answer in time.
-        await asyncio.to_thread(controller.topology)
+        try:
+            await asyncio.to_thread(controller.topology)
+        except TopologyError as e:  # a -host-root the command line did not check (the none policy)
+            raise StartFailed(str(e)) from None
     services.reload_on_sighup(controller)
     plugin = Plugin(nri.identity, hooks, runtime, socket_path=nri.socket, handed_fd=nri.handed_fd)
 
