@@ -23,7 +23,7 @@ from cri_resmgr.config.settings import DISABLED
 from cri_resmgr.dump import Dumper
 from cri_resmgr.engine.controller import AgentConfig, Controller, Feed
 from cri_resmgr.engine.runtime import RuntimePort
-from cri_resmgr.frontend import health, metrics, nodeexport, statelock
+from cri_resmgr.frontend import health, metrics, nodeexport, reconcile, statelock
 from cri_resmgr.frontend.agent_client import AgentClient
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.status import endpoint
@@ -70,8 +70,15 @@ class Services:
         """Set by SIGTERM and SIGINT."""
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            self._loop.add_signal_handler(sig, stop.set)
+            self._on_signal(sig, stop.set)
         return stop
+
+    def _on_signal(self, sig: signal.Signals, callback: Callable[..., None], *args: Any) -> None:
+        """`callback(*args)` on `sig` until the end, then the handler before it again: a SIGHUP
+        once the engine is closed reloads nothing, a SIGINT is the loop runner's again."""
+        previous = signal.getsignal(sig)
+        self._loop.add_signal_handler(sig, callback, *args)
+        self._stack.callback(_restore_signal, self._loop, sig, previous)
 
     def engine(self, registry: Registry, feed: Feed, runtime: RuntimePort, methods: MethodTable,
                set_debug: Callable[[bool], None] | None) -> Controller:
@@ -87,7 +94,7 @@ class Services:
 
     def reload_on_sighup(self, controller: Controller) -> None:
         """SIGHUP: re-read -force-config and reopen the dump file (logrotate's postrotate)."""
-        self._loop.add_signal_handler(signal.SIGHUP, _on_sighup, controller)
+        self._on_signal(signal.SIGHUP, _on_sighup, controller)
 
     async def serve_config(self, controller: Controller) -> None:
         """The Config service the node agent pushes to (unless -config-socket is '-'); raises
@@ -109,12 +116,11 @@ class Services:
         """`run` as a supervised task (supervise.py), cancelled and awaited at the end."""
         self._stack.push_async_callback(_cancel, supervise.start(name, run))
 
-    def reconcile(self, every: Callable[[Controller, float], Coroutine[Any, Any, None]],
-                  controller: Controller) -> None:
-        """The periodic reconcile (-reconcile-period; 0: none), the front end's `every`."""
+    def reconcile(self, controller: Controller, words: reconcile.Wording) -> None:
+        """The periodic reconcile (-reconcile-period; 0: none; `reconcile.py`), in the front end's words."""
         period = self._settings.reconcile_period
         if period > 0:
-            self.supervise("reconcile", lambda: every(controller, period))
+            self.supervise("reconcile", lambda: reconcile.every(controller, period, words))
 
     def export_node(self, controller: Controller) -> None:
         """The node's CPUs published on its Node through the agent (-agent-socket,
@@ -138,6 +144,12 @@ class Services:
     def at_end_async(self, undo: Callable[[], Coroutine[Any, Any, Any]]) -> None:
         """`await undo()` at the end, in its turn."""
         self._stack.push_async_callback(undo)
+
+
+def _restore_signal(loop: asyncio.AbstractEventLoop, sig: signal.Signals, previous: Any) -> None:
+    loop.remove_signal_handler(sig)
+    if previous is not None:  # None: not set from Python; the default stays
+        signal.signal(sig, previous)
 
 
 def _on_sighup(controller: Controller) -> None:

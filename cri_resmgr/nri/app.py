@@ -22,14 +22,19 @@ from cri_resmgr._proto import nri_api_pb2
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.sources import Document
 from cri_resmgr.engine.controller import Controller
+from cri_resmgr.frontend import reconcile
 from cri_resmgr.frontend.services import Services, StartFailed
 from cri_resmgr.nri.hooks import Hooks
 from cri_resmgr.nri.plugin import Identity, Plugin
 from cri_resmgr.nri.view import NriRuntime
 from cri_resmgr.policy.registry import Registry
+from cri_resmgr.topology import TopologyError
 from cri_resmgr.transport.methods import CRI_MODULES, MethodTable
 
 log = logging.getLogger(__name__)
+# The periodic reconcile's lines (frontend/reconcile.py): it catches up with events missed
+# (a hook that timed out), from what NRI reported.
+RECONCILE = reconcile.Wording(log, "containers gone")
 
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_PLUGIN_NAME = "cri-resmgr"
@@ -173,19 +178,6 @@ class Synchronizer:
             t.cancel()
 
 
-async def _reconcile_every(controller: Controller, period: float) -> None:
-    """Catches up with events missed (a hook that timed out): cheap, from what NRI reported."""
-    while True:
-        await asyncio.sleep(period)
-        try:
-            counts = await controller.reconcile()
-        except Exception as e:  # logged; the next period tries again
-            log.warning("reconcile failed: %s", e)
-            continue
-        if counts["gone"] or counts["adopted"]:
-            log.info("reconcile: %(gone)d containers gone, %(adopted)d adopted", counts)
-
-
 async def run(settings: Settings, nri: NriSettings, registry: Registry,
               set_debug: Callable[[bool], None] | None = None) -> int:
     log.info("cri-resmgr %s starting as NRI plugin %s", __version__, nri.identity)
@@ -227,7 +219,10 @@ async def _run(services: Services, settings: Settings, nri: NriSettings, registr
     if (settings.policy != "none" or settings.force_config or settings.fallback_config
             or nri.handed_fd is not None):  # a launched plugin's configuration comes with Configure
         # Discovered before the runtime connects: the first Synchronize must answer in time.
-        await asyncio.to_thread(controller.topology)
+        try:
+            await asyncio.to_thread(controller.topology)
+        except TopologyError as e:  # a -host-root the command line did not check (the none policy)
+            raise StartFailed(str(e)) from None
     services.reload_on_sighup(controller)
     plugin = Plugin(nri.identity, hooks, runtime, socket_path=nri.socket, handed_fd=nri.handed_fd)
 
@@ -236,7 +231,7 @@ async def _run(services: Services, settings: Settings, nri: NriSettings, registr
     except Exception as e:  # a bind failure: one clear line
         raise StartFailed(f"cannot serve the Config service: {e}") from None
     services.serve_http(http, controller, plugin)
-    services.reconcile(_reconcile_every, controller)
+    services.reconcile(controller, RECONCILE)
     services.cancel_at_end(asyncio.ensure_future(
         _stop_on_shutdown(hooks.shutdown, plugin, stop, nri.handed_fd is not None)))
     code = await plugin.run(stop)

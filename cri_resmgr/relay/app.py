@@ -1,6 +1,6 @@
 """Wires the relay's parts together and runs them until SIGTERM/SIGINT: the runtime
-channels, the transport, the runtime probe and the reconcile with the runtime, around the
-services it shares with the NRI plugin (`frontend/services.py`)."""
+channels, the transport and the runtime probe, around the services it shares with the NRI
+plugin (`frontend/services.py`: the periodic reconcile among them, in the relay's words)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from collections.abc import Callable
 from cri_resmgr import __version__
 from cri_resmgr.config import ConfigError, Settings
 from cri_resmgr.config.settings import DISABLED
-from cri_resmgr.engine.controller import Controller
 from cri_resmgr.engine.cri import TransportFeed
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
-from cri_resmgr.frontend import sdnotify
+from cri_resmgr.frontend import reconcile, sdnotify
 from cri_resmgr.frontend.services import Services, StartFailed
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.relay.runtime import CriRuntime
@@ -28,6 +27,8 @@ from cri_resmgr.transport.upstream import Upstream
 
 # The name its lines carried before it moved: log filters and -logger-debug (logsetup.SOURCES) match it.
 log = logging.getLogger("cri_resmgr.app")
+# The periodic reconcile's lines (frontend/reconcile.py).
+RECONCILE = reconcile.Wording(log, "containers gone behind the relay's back")
 
 STOP_GRACE_SECONDS = 5.0
 RUNTIME_PROBE_PERIOD = 5.0  # seconds between the relay's own Version calls (metrics' runtime_up)
@@ -67,29 +68,6 @@ def make_relay(settings: Settings, runtime: Upstream | None, image: Upstream | N
     return FrameRelay(settings.relay_socket, primary.path, methods, interceptors={}, socket_like=primary.path,
                       runtime_enabled=runtime is not None, image_enabled=image is not None,
                       timed=bool(settings.metrics_address))
-
-
-async def _reconcile_every(controller: Controller, period: float) -> None:
-    """The periodic reconcile; a failure to reach the runtime is logged once until a
-    reconcile works again (the runtime being away is the transport's to report).
-    Anything else ends the task, for its supervisor to log and restart."""
-    failing = False
-    while True:
-        await asyncio.sleep(period)
-        try:
-            counts = await controller.reconcile()
-        except (RuntimeFailure, OSError) as e:
-            if not failing:
-                log.warning("reconcile with the runtime failed: %s (retrying every %gs)",
-                            e.details if isinstance(e, RuntimeFailure) else e, period)
-            failing = True
-            continue
-        if failing:
-            log.info("reconcile with the runtime works again")
-        failing = False
-        if counts["gone"] or counts["adopted"] or counts["resent"]:
-            log.info("reconcile: %(gone)d containers gone behind the relay's back, %(adopted)d adopted, "
-                     "%(resent)d sent their cpuset again (their cgroup's differed)", counts)
 
 
 async def _probe_runtime_every(runtime: RuntimePort, relay: Transport, period: float) -> None:
@@ -197,7 +175,7 @@ async def _run(services: Services, settings: Settings, registry: Registry,
         raise StartFailed(f"cannot serve: {e}") from None
     services.serve_http(http, controller, relay)
     # Supervised (supervise.py): an error nobody expected is logged and the task restarted.
-    services.reconcile(_reconcile_every, controller)  # a no-op while the none policy is in force
+    services.reconcile(controller, RECONCILE)  # a no-op while the none policy is in force
     if http is not None:  # runtime_up is read only there
         services.supervise("runtime probe", lambda: _probe_runtime_every(port, relay, RUNTIME_PROBE_PERIOD))
     services.export_node(controller)

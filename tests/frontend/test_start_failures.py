@@ -7,6 +7,7 @@ the same. In-process, both front ends, each step that can fail."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -66,15 +67,26 @@ def relay_settings(d: Path, port: int, **more: Any) -> Settings:
     return Settings(**fields)
 
 
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def handlers() -> dict[int, Any]:
+    return {sig: signal.getsignal(sig) for sig in SIGNALS}
+
+
 def run_relay(settings: Settings, runtime: bool = True, before: Any = None) -> tuple[int, set[asyncio.Task[Any]]]:
     """relay.app.run, with a Version-answering runtime on settings.runtime_socket (on a loop of
-    its own); its code, and the tasks left on its loop when it returned."""
+    its own); its code, and the tasks left on its loop when it returned. The signal handlers
+    are the ones before it once it returned, its loop still running: a SIGHUP after the engine
+    closed reloads nothing, a SIGTERM sets no stale event."""
 
     async def scenario() -> tuple[int, set[asyncio.Task[Any]]]:
+        was = handlers()
         task = asyncio.ensure_future(relay_app.run(settings, default_registry()))
         if before is not None:
             await before(task)
         code = await task
+        assert handlers() == was
         await asyncio.sleep(0)  # what a cancellation leaves runs its course
         return code, asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
 
@@ -154,6 +166,26 @@ def test_relay_a_runtime_that_never_answers_closes_its_channel(where: Path, port
     assert_nothing_left(where, port)
 
 
+def test_relay_stopped_while_waiting_for_the_runtime_undoes_its_start(
+        where: Path, port: int, closed_channels: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+
+    async def stop_while_waiting(task: asyncio.Future[int]) -> None:
+        for _ in range(600):  # the lock, the metrics port, the channel and the signal handlers in one step
+            if (where / "state" / "lock").exists() or task.done():
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # waiting for the runtime, which never answers
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    code, tasks = run_relay(relay_settings(where, port, runtime_wait_timeout=None), runtime=False,
+                            before=stop_while_waiting)
+    assert code == 0 and not tasks, errors(caplog)
+    assert "stopped while waiting for the runtime" in caplog.text and not errors(caplog)
+    assert closed_channels == [str(where / "runtime.sock")]
+    assert_nothing_left(where, port)
+
+
 def test_relay_a_bad_configuration_closes_the_engine_and_the_channel(where: Path, port: int,
                                                                      closed_channels: list[str],
                                                                      caplog: pytest.LogCaptureFixture) -> None:
@@ -207,12 +239,15 @@ def nri_settings(d: Path, port: int, **more: Any) -> Settings:
     return Settings(**fields)
 
 
-def run_plugin(settings: Settings, d: Path) -> tuple[int, set[asyncio.Task[Any]]]:
-    """nri.app.run with no runtime on its NRI socket (it refuses before dialling)."""
+def run_plugin(settings: Settings, d: Path, handed_fd: int | None = None) -> tuple[int, set[asyncio.Task[Any]]]:
+    """nri.app.run with no runtime on its NRI socket (it refuses before dialling), or with
+    `handed_fd` as the connection a runtime handed over; signal handlers as before it once done."""
 
     async def scenario() -> tuple[int, set[asyncio.Task[Any]]]:
-        nri = nri_app.NriSettings(socket=str(d / "nri.sock"))
+        was = handlers()
+        nri = nri_app.NriSettings(socket=str(d / "nri.sock"), handed_fd=handed_fd)
         code = await asyncio.wait_for(nri_app.run(settings, nri, default_registry()), 60)
+        assert handlers() == was
         await asyncio.sleep(0)
         return code, asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
 
@@ -256,12 +291,56 @@ def test_plugin_a_config_socket_taken_closes_the_metrics_port_and_releases_the_l
 
 
 
+def test_plugin_a_handed_over_connection_the_runtime_closed_undoes_its_start(
+        where: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """The runtime that launched the plugin hung up before it registered: it exits 0, as
+    after a Shutdown, with all of its start undone."""
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    code, tasks = run_plugin(nri_settings(where, port, host_root="/"), where, handed_fd=ours.detach())
+    assert code == 0 and not tasks, errors(caplog)
+    assert "the runtime closed the connection it handed over: exiting" in caplog.text
+    assert "shutting down" in caplog.text
+    assert_nothing_left(where, port)
+
+
+def test_plugin_a_handed_over_fd_that_is_no_socket_fails_and_undoes_its_start(
+        where: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
+    fd = os.open(where, os.O_RDONLY)  # a directory: no connection can be made of it
+    try:
+        code, tasks = run_plugin(nri_settings(where, port, host_root="/"), where, handed_fd=fd)
+    finally:
+        with contextlib.suppress(OSError):  # the plugin's socket object may have closed it
+            os.close(fd)
+    assert code == 1 and not tasks
+    assert len(errors(caplog)) == 1 and "cannot use the socket the runtime handed over" in errors(caplog)[0]
+    assert_nothing_left(where, port)
+
+
+def test_plugin_launched_on_a_host_root_it_cannot_read_is_one_error_line(
+        where: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A launched plugin (its configuration comes with Configure) discovers the topology before
+    it registers; the command line checks no host root under the none policy, so a bad one is
+    met here: one error line and exit 1, not a traceback, and the start undone."""
+    ours, theirs = socket.socketpair()
+    try:
+        code, tasks = run_plugin(nri_settings(where, port, host_root=str(where / "nowhere")), where,
+                                 handed_fd=ours.fileno())
+    finally:
+        ours.close()
+        theirs.close()
+    assert code == 1 and not tasks
+    assert errors(caplog) == [f"host root {str(where / 'nowhere')!r} is not a readable directory"]
+    assert_nothing_left(where, port)
+
 
 def test_plugin_stopped_by_sigterm_undoes_the_same(where: Path, port: int, caplog: pytest.LogCaptureFixture) -> None:
     """No runtime on the NRI socket: the plugin keeps dialling until SIGTERM stops it."""
     caplog.set_level(logging.INFO, logger="cri_resmgr")
 
     async def scenario() -> tuple[int, set[asyncio.Task[Any]]]:
+        was = handlers()
         nri = nri_app.NriSettings(socket=str(where / "nri.sock"))
         task = asyncio.ensure_future(nri_app.run(nri_settings(where, port), nri, default_registry()))
         for _ in range(600):  # the signal handler is in place before the Config service serves
@@ -270,6 +349,7 @@ def test_plugin_stopped_by_sigterm_undoes_the_same(where: Path, port: int, caplo
             await asyncio.sleep(0.05)
         os.kill(os.getpid(), signal.SIGTERM)
         code = await asyncio.wait_for(task, 60)
+        assert handlers() == was
         await asyncio.sleep(0)
         return code, asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
 
