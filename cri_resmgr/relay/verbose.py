@@ -18,6 +18,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 CRIO_CGROUP_PARENT = "io.kubernetes.cri-o.CgroupParent"
 # The longest info JSON read: a real one is a few kilobytes.
 _MAX_INFO = 16 * 1024 * 1024
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _data(info: Mapping[str, str]) -> dict[str, Any]:
@@ -68,10 +69,12 @@ def cgroups_path(info: Mapping[str, str]) -> str:
 
 
 def _int(value: object) -> int:
-    """A spec's number (or its text); 0 for anything else."""
+    """A spec's number (or its text); 0 for anything else, and for a number the CRI
+    fields (int64) cannot hold: protobuf would raise on it."""
     if isinstance(value, int | float | str) and not isinstance(value, bool):
         try:
-            return int(value)
+            number = int(value)
         except (ValueError, OverflowError):
             return 0
+        return number if _INT64_MIN <= number <= _INT64_MAX else 0
     return 0

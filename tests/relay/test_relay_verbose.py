@@ -49,6 +49,10 @@ def test_the_cgroup_parent_as_containerd_and_cri_o_tell_it():
     json.dumps({"runtimeSpec": {"linux": {"resources": {"cpu": "x", "memory": [1]}}}}),
     json.dumps({"runtimeSpec": {"linux": {"resources": {"cpu": {"shares": "many", "quota": {}}}}}}),
     json.dumps({"config": [], "runtimeSpec": {"annotations": "x"}}), json.dumps({"config": {"linux": 3}}),
+    # Numbers no int64 holds (the CRI fields are int64): nothing, not protobuf's ValueError, which
+    # would fail the reconcile's pid lookup and the class sync that never needed the resources.
+    json.dumps({"runtimeSpec": {"linux": {"resources": {"cpu": {"shares": 2**64 - 1, "period": 1e300,
+                                                                "quota": -(2**70)}, "memory": {"limit": 2**63}}}}}),
     "[" * 100_000 + "]" * 100_000,
 ])
 def test_odd_shapes_tell_nothing(text):
