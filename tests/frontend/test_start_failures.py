@@ -228,6 +228,41 @@ def test_relay_stopped_by_sigterm_undoes_the_same(where: Path, port: int, closed
     assert_nothing_left(where, port)
 
 
+def test_relay_sighup_rereads_the_forced_config_and_reopens_the_dump(where: Path, port: int,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """SIGHUP through the shared services (logrotate's postrotate): the moved dump file is
+    written anew, -force-config is read again; and after the stop, no handler of ours is left."""
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    forced, dump = where / "forced.yaml", where / "cri.dump"
+    forced.write_text("policy:\n  Active: none\n")
+
+    async def rotate_then_stop(task: asyncio.Future[int]) -> None:
+        for _ in range(600):
+            if (where / "config.sock").exists() or task.done():
+                break
+            await asyncio.sleep(0.05)
+        assert dump.exists(), errors(caplog)
+        dump.rename(where / "cri.dump.1")
+        os.kill(os.getpid(), signal.SIGHUP)
+        for _ in range(600):
+            if (dump.exists() and "SIGHUP: reloaded" in caplog.text) or task.done():
+                break
+            await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    missed: list[int] = []  # a SIGHUP the relay did not take is the test's, not the end of pytest
+    previous = signal.signal(signal.SIGHUP, lambda sig, _: missed.append(sig))
+    try:
+        code, tasks = run_relay(relay_settings(where, port, force_config=str(forced), dump=("full:.*",),
+                                               dump_file=str(dump)), before=rotate_then_stop)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert not missed
+    assert code == 0 and not tasks, errors(caplog)
+    assert dump.exists() and f"SIGHUP: reloaded {forced}" in caplog.text and not errors(caplog)
+    assert_nothing_left(where, port)
+
+
 # -- the NRI plugin ------------------------------------------------------------------------------
 
 
