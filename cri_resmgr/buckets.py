@@ -1,7 +1,7 @@
 """Latency histograms as plain integer lists, for code on a hot path.
 
 Observing costs one bisect and two additions: prometheus_client is never called
-per event. `metrics.py` turns a snapshot into Prometheus histograms at scrape
+per event. `frontend/metrics.py` turns a snapshot into Prometheus histograms at scrape
 time. Standard library only, so every layer may import it (as `errors.py`).
 
 A snapshot is taken from another thread (the metrics server) while the event
