@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -127,6 +128,12 @@ class Cache:
         self._pod_table = RecordTable()
         self._container_table = RecordTable()
         self._assignment_table = AssignmentTable()
+        # A deferred save's thread cannot be cancelled (engine/saves.py): a synchronous
+        # save (shutdown, a policy switch) waits for it, and a state older than the one
+        # on disk is not written.
+        self._write_lock = threading.Lock()
+        self._taken = 0  # snapshots taken
+        self._written = 0  # the generation of the snapshot on disk
 
     # -- queries ---------------------------------------------------------------
 
@@ -223,16 +230,22 @@ class Cache:
         since the last save (statefile.py). `write` writes them, off the loop."""
         if self.path is None:
             return None
+        self._taken += 1
         return Snapshot(
             head={"format": STATE_FORMAT, "version": STATE_VERSION, "saved": time.time(), "policy": policy},
             pods=self._pod_table.entries(), containers=self._container_table.entries(),
-            assignments=self._assignment_table.entries(assignments))
+            assignments=self._assignment_table.entries(assignments), generation=self._taken)
 
     def write(self, data: Snapshot | None) -> None:
-        """Write, fsync, rename (statefile.write_atomically). Safe off-loop."""
+        """Write, fsync, rename (statefile.write_atomically). Safe off-loop; one write
+        at a time, and none of a state older than the one written last."""
         if self.path is None or data is None:
             return
-        write_atomically(self.path, data.parts())
+        with self._write_lock:
+            if data.generation <= self._written:
+                return
+            write_atomically(self.path, data.parts())
+            self._written = data.generation
 
     def load(self) -> Saved | None:
         """Loads saved state into this cache; None when there is none usable. A file

@@ -42,6 +42,7 @@ class Snapshot:
     pods: list[bytes]
     containers: list[bytes]
     assignments: list[bytes]
+    generation: int = 0  # the order its cache took it in: an older one is never written over a newer
 
     def parts(self) -> list[bytes]:
         """The file in pieces, in order, without joining the entries into one buffer."""

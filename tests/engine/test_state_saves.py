@@ -225,3 +225,40 @@ def test_a_short_write_is_completed(tmp_path, monkeypatch):
     statefile.write_atomically(tmp_path / "f", parts)
     assert (tmp_path / "f").read_bytes() == b"".join(parts)
 
+
+
+def test_a_save_made_while_a_deferred_write_is_in_flight_waits_and_is_the_one_kept(tmp_path, monkeypatch):
+    """A deferred save's thread cannot be cancelled (engine/saves.py): at a clean shutdown
+    or a policy switch the synchronous save meets it still writing. The two never write
+    the same temporary file at once, and the older state never replaces the newer."""
+    import threading
+
+    cache = Cache(tmp_path)
+    cache.add_pod(PodRecord(id="p1", name="old", namespace="default", uid="u1"))
+    older = cache.snapshot("static", {})
+    real = statefile.write_atomically
+    entered, go = threading.Event(), threading.Event()
+    active, most = [0], [0]
+
+    def write(path, parts):
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        if threading.current_thread() is deferred:
+            entered.set()
+            go.wait(10)
+        real(path, parts)
+        active[0] -= 1
+
+    monkeypatch.setattr(cache_module, "write_atomically", write)
+    deferred = threading.Thread(target=cache.write, args=(older,))
+    deferred.start()
+    assert entered.wait(10)
+    cache.add_pod(PodRecord(id="p2", name="new", namespace="default", uid="u2"))
+    closing = threading.Thread(target=cache.save, args=("static", {}))  # Saves.now at shutdown
+    closing.start()
+    closing.join(0.2)  # blocked behind the deferred write (or, unguarded, already done)
+    go.set()
+    deferred.join(10)
+    closing.join(10)
+    assert most[0] == 1
+    assert set(json.loads((tmp_path / "state.json").read_text())["pods"]) == {"p1", "p2"}
