@@ -130,8 +130,9 @@ class Services:
             client = AgentClient(sockets.strip_scheme(s.agent_socket))
             export = nodeexport.NodeExport(client, lambda: controller.policy_name, controller.usage,
                                            s.agent_export_interval)
+            # Closed whether or not the task got to run, and after it ended (the stack undoes in reverse).
+            self._stack.push_async_callback(client.close)
             self.supervise("node export", export.run)
-            self._stack.push_async_callback(client.close)  # whether or not the task got to run
 
     def cancel_at_end(self, task: asyncio.Future[Any]) -> None:
         """`task` cancelled, and awaited, at the end."""
