@@ -119,6 +119,9 @@ class TopologyAwarePolicy:
         old = self._book.members.get(key)
         if old is None:
             raise PolicyError(f"{NAME}: cannot resize {workload} ({key}): not placed")
+        # What it asks for, before placement: a placement that finds no pool able to give the
+        # exclusive CPUs runs it shared and rewrites its request to none (placement.py).
+        asked = self.request(workload).exclusive
         released = self.release(key)
         try:
             decision = self._allocate(workload, old.exclusive)
@@ -126,7 +129,7 @@ class TopologyAwarePolicy:
             self._put_back(old)
             raise
         new = self._book.members[key]
-        if len(new.exclusive) < new.request.exclusive or (new.overcommitted and not old.overcommitted):
+        if len(new.exclusive) < asked or (new.overcommitted and not old.overcommitted):
             self._put_back(old)
             why = refusal(decision.warning) if decision.warning else f"{NAME}: {workload} ({key}) does not fit"
             raise ResizeError(why)

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from policy_testkit import workload as wl
 
-from cri_resmgr.policy.api import QoS
+from cri_resmgr.policy.api import QoS, ResizeError
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import default_registry
 from cri_resmgr.topology.cpuset import CPUSet
@@ -81,3 +81,24 @@ def test_cpus_it_had_are_not_kept_at_the_price_of_spreading_wider():
     assert p.placer._take(free, 2, CPUSet("6,14")) != CPUSet("6,14")
     assert len({topology.cpu(c).package for c in p.placer._take(free, 2, CPUSet("6,14"))}) == 1
     assert p.placer._take(free, 2, CPUSet("6-7")) == CPUSet("6-7")  # within one: kept
+
+
+def test_growing_to_whole_cpus_no_pool_can_give_is_refused_not_run_shared():
+    # Two nodes of 4 single-thread cores. x holds CPU 4 of node1; three Burstable containers
+    # with limits need 1600m each in the nodes' shared CPUs. Grown to 3 CPUs, no pool can
+    # give 3 CPUs of its own and keep its shared containers' CPUs, though the root's shared
+    # CPUs hold 3000m more: placement runs it shared there and rewrites its request to no
+    # exclusive CPUs. Before, the resize compared against that rewritten request and went
+    # through, silently, onto shared CPUs; the resize must be refused, with x as it was.
+    t = machine(packages=1, cores=8, threads=1, nodes_per_package=2)
+    p = policy(t)
+    p.allocate(wl("x", G, 1000, cpu_limit=1000))
+    for i in range(3):
+        p.allocate(wl(f"b{i}", QoS.BURSTABLE, 1600, cpu_limit=1601))
+    before = {k: p.resources(k) for k in p.book.members}
+    held = exclusive(p, "x")
+    assert len(held) == 1
+    with pytest.raises(ResizeError, match="wants 3 exclusive CPUs but no pool can give them"):
+        resize(p, "x", 3000)
+    assert exclusive(p, "x") == held
+    assert {k: p.resources(k) for k in p.book.members} == before
