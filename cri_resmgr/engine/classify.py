@@ -19,7 +19,7 @@ import yaml
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import InputError, clip, load_json, load_yaml, short
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.policy.api import ANNOTATION_DOMAINS, ANNOTATION_PREFIX, QoS, Workload, annotation_keys
+from cri_resmgr.policy.api import ANNOTATION_DOMAINS, ANNOTATION_PREFIX, FALSE_WORDS, QoS, Workload, annotation_keys
 from cri_resmgr.policy.quantity import parse_bytes, parse_cpu_milli
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def parse_bool(value: str) -> bool:
     v = value.strip().lower()
     if v in ("true", "yes", "1", "on"):
         return True
-    if v in ("false", "no", "0", "off"):
+    if v in FALSE_WORDS:
         return False
     raise ValueError(f"not a boolean: {short(value)}")
 
@@ -240,7 +240,8 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
         prefer_isolated=prefs["prefer-isolated-cpus"],
         prefer_shared=prefs["prefer-shared-cpus"],
         prefer_reserved=bool(prefs["prefer-reserved-cpus"]),
-        system=in_namespaces(namespace, reserved_namespaces),
+        # An explicit prefer-reserved-cpus "false" takes it out of the reserved namespaces.
+        system=in_namespaces(namespace, reserved_namespaces) and prefs["prefer-reserved-cpus"] is not False,
         labels=dict(labels or {}),
         pod_annotations=_ours(pod_annotations),
         container_annotations=_ours(container_annotations),

@@ -15,6 +15,8 @@ from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
 
 ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
+# A boolean annotation's words for false (engine/classify.py parse_bool reads the same).
+FALSE_WORDS = ("false", "no", "0", "off")
 # Annotations whose key contains this are kept on a Workload (and in the state file).
 ANNOTATION_DOMAIN = "cri-resource-manager.intel.com"
 # nri-plugins' domain for the same annotations (`balloon.balloons.resource-policy.nri.io`,
@@ -68,7 +70,9 @@ class Workload:
     prefer_isolated: bool | None = None
     prefer_shared: bool | None = None
     prefer_reserved: bool = False
-    system: bool = False  # in a reserved namespace (kube-system by default)
+    # In a reserved namespace (kube-system by default) and not declining the reserved CPUs
+    # with an explicit `prefer-reserved-cpus: "false"` (engine/classify.py).
+    system: bool = False
     # The pod's labels with the container's over them, and the annotations a policy may
     # read (those naming cri-resource-manager.intel.com), for matching and per-policy keys.
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -91,6 +95,13 @@ class Workload:
     def annotation(self, name: str) -> str | None:
         """effective_annotation() of `cri-resource-manager.intel.com/NAME`."""
         return self.effective_annotation(ANNOTATION_PREFIX + name)
+
+    def declines_reserved(self) -> bool:
+        """An explicit `prefer-reserved-cpus: "false"`: not on the reserved CPUs, whatever
+        namespace rules of the policy's own would say (`system` already says it for the
+        engine's reserved namespaces)."""
+        raw = self.annotation("prefer-reserved-cpus")
+        return raw is not None and raw.strip().lower() in FALSE_WORDS
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,11 @@ def type_for(config: BalloonsConfig, w: Workload, has_reserved: bool) -> tuple[B
         warning = (f"annotation {ANNOTATION} of {w} ({w.key}): no balloon type {short(wanted)} "
                    f"(known: {', '.join(x.name for x in config.types)}); placed by namespace")
     reserved = config.reserved
+    # An explicit prefer-reserved-cpus "false" takes it out of the reserved namespaces here too.
     if has_reserved and (w.system or w.prefer_reserved
-                         or any(fnmatchcase(w.namespace, g) for g in config.reserved_namespaces)
-                         or reserved.matches(w)):
+                         or not w.declines_reserved()
+                         and (any(fnmatchcase(w.namespace, g) for g in config.reserved_namespaces)
+                              or reserved.matches(w))):
         return reserved, warning
     for t in config.types:
         if t.name not in (RESERVED, DEFAULT) and t.matches(w):

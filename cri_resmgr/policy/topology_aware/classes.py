@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cri_resmgr.policy.api import QoS, Workload
+from cri_resmgr.policy.api import FALSE_WORDS, QoS, Workload
 from cri_resmgr.policy.topology_aware.affinity import Rule, parse_rules
 from cri_resmgr.policy.topology_aware.memory import DEFAULT_KINDS, AnnotationError, parse_duration, parse_memory_type
 from cri_resmgr.policy.topology_aware.options import Options, parse_level
@@ -40,7 +40,7 @@ __all__ = ["CPUClass", "Request", "request_of", "UNLIMITED_BURSTABLE"]
 UNLIMITED_BURSTABLE = "unlimited-burstable"
 T = TypeVar("T")
 _TRUE = ("true", "yes", "1", "on")
-_FALSE = ("false", "no", "0", "off")
+_FALSE = FALSE_WORDS
 
 
 class CPUClass(str, enum.Enum):
