@@ -29,6 +29,9 @@ class PoolUsage:
     # Of `cpus`, the ones its containers never run on though the pool owns them: a
     # HideHyperthreads balloon's sibling threads (no one else gets them either).
     hidden: CPUSet = CPUSet()
+    # How many CPUs the pool keeps whatever its containers request (a balloon type's MinCPUs):
+    # held for it, so no one else's either.
+    kept: int = 0
 
 
 @dataclass(frozen=True)

@@ -261,15 +261,22 @@ class Checker:
             need = isolated + 1000 * max(floor, -(-shared // 1000))
             if need > capacity:
                 return None
+        # A pool keeping CPUs whatever its requests (a balloon type's MinCPUs) holds them
+        # beyond what its containers ask: they are needed too.
+        kept = sum(max(0, 1000 * p.kept - p.requested_milli) for p in usage.pools if p.kept and not p.hidden)
+        if kept:
+            need += kept
+            if need > capacity:
+                return None
         text = (f"a Guaranteed container of {whole} CPUs holds {len(exclusive)} exclusive CPUs although the "
                 f"requests fit ({need}m of {capacity}m)")
         # Pools of their own CPUs (balloons: not a tree's nested pools) holding whole CPUs
-        # beyond their requests: kept by configuration (a balloon type's MinCPUs, which
-        # usage() does not tell) or not given way (a policy fault). Named, for the reader.
+        # beyond their requests and what they keep by configuration (MinCPUs, counted
+        # above): not given way (a policy fault?). Named, for the reader.
         owners = Counter(cpu for p in usage.pools for cpu in p.cpus)
         slack = [f"{p.name} {len(p.cpus - self.reserved)} CPUs for {p.requested_milli}m" for p in usage.pools
                  if p.kind and not p.exclusive and not p.hidden and all(owners[cpu] == 1 for cpu in p.cpus)
-                 and len(p.cpus - self.reserved) > -(-p.requested_milli // 1000)]
+                 and len(p.cpus - self.reserved) > max(p.kept, -(-p.requested_milli // 1000))]
         return f"{text}; held beyond their requests: {', '.join(slack[:5])}" if slack else text
 
     def _wants_isolation(self, key: str) -> bool:

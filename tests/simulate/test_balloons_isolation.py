@@ -176,15 +176,17 @@ def test_a_hidehyperthreads_balloons_whole_cores_are_no_room_for_a_dedicated_con
     assert len(at["h:c"].cpus) == 2 and len(at["g:c"].cpus) == 3
 
 
-def test_a_min_cpus_balloons_cpus_are_named_when_a_dedicated_container_is_short():
-    # MinCPUs keeps 4 CPUs for a BestEffort container; usage() does not tell a balloon's
-    # floor, so the checker cannot tell this from a balloon that did not give way: it
-    # reports the container short and names the balloon holding CPUs beyond its requests.
+def test_a_min_cpus_balloons_cpus_are_needed_too():
+    # MinCPUs keeps 4 CPUs for a BestEffort container: with them the requests do not fit
+    # (8000m of 7000m), so the Guaranteed container short of a CPU is no violation. Before
+    # usage() told a balloon's floor (PoolUsage.kept), the checker reported it and could
+    # only name the balloon holding CPUs beyond its requests.
     config = CONFIG.replace("Namespaces: [batch]", "Namespaces: [batch]\n        MinCPUs: 4")
     registry = default_registry()
     cfg = parse_document(config, "config.yaml", registry.names())
     text = pod("be", None, "batch") + pod("g", "4")
     o = simulate(pod_calls(parse_pods(text, "pods.yaml")), topology_of(SHAPE), cfg, "balloons", registry)
-    assert o.checker.violations == [
-        "call 5 (pod default/g:c): default/g:c: a Guaranteed container of 4 CPUs holds 3 exclusive CPUs "
-        "although the requests fit (4000m of 7000m); held beyond their requests: batch[0] 4 CPUs for 0m"]
+    assert o.checker.violations == []
+    assert [p.kept for p in o.policy.usage().pools if p.name == "batch[0]"] == [4]
+    assert len(o.policy.resources(next(k for k, c in o.cache.containers.items() if c.workload.pod == "g"))
+               .cpuset_cpus) == 3

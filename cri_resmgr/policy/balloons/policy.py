@@ -302,7 +302,8 @@ class BalloonsPolicy:
             pools.append(PoolUsage(
                 name=b.name, cpus=b.cpus, exclusive=own, shared=runs_on - own,
                 kind=b.type.name, mems=(res.cpuset_mems or "") if res else "",
-                containers=tuple(b.members), requested_milli=b.requested, hidden=self._hidden(b)))
+                containers=tuple(b.members), requested_milli=b.requested, hidden=self._hidden(b),
+                kept=b.type.min_cpus))
         members = {b.name: len(b.members) for b in book.balloons.values()}
         return PolicyUsage(tuple(pools), book.free, exclusive, members)
 
