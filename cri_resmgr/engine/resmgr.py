@@ -369,7 +369,9 @@ class ResourceManager:
                     f"free for exclusive use: {free or 'no CPUs'}; it keeps cpuset {had.cpuset_cpus if had else '-'}")
             log.warning("%s", text)
             raise ResizeRefused(text) from None
-        except Exception as e:  # a policy's bug: every policy puts the container back first
+        # A policy's bug: the policies put the container back first, except balloons resizing
+        # one within its own balloon (that hot path keeps no copy to go back to).
+        except Exception as e:
             self._counts.policy_errors += 1
             why = clip(str(e), 200)
             if self._options.fail_closed:
