@@ -9,11 +9,11 @@ nothing when it tells nothing), never raise.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.bounded import parse_json
 
 CRIO_CGROUP_PARENT = "io.kubernetes.cri-o.CgroupParent"
 # The longest info JSON read: a real one is a few kilobytes.
@@ -26,7 +26,7 @@ def _data(info: Mapping[str, str]) -> dict[str, Any]:
     if not text or len(text) > _MAX_INFO:
         return {}
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

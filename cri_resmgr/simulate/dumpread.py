@@ -19,7 +19,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from cri_resmgr.bounded import MAX_DEPTH, InputError, check_depth, clip, short
+from cri_resmgr.bounded import MAX_DEPTH, InputError, check_depth, clip, parse_json, short
 from cri_resmgr.simulate.calls import Call, WorkloadError
 from cri_resmgr.simulate.inputs import read_lines
 from cri_resmgr.transport.methods import MethodTable
@@ -125,7 +125,7 @@ def parse_dump(lines: Iterable[str], source: str) -> Recording:
 
 def _object(text: str, where: str) -> Mapping[str, Any]:
     try:
-        obj = json.loads(text)
+        obj = parse_json(text)
         check_depth(obj, MAX_DEPTH, where)  # what the protobuf parser walks with recursion
     except json.JSONDecodeError as e:
         raise WorkloadError(f"{where}: not a JSON object ({e.msg} at column {e.colno}): a truncated line, or "

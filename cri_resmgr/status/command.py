@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cri_resmgr import flags
+from cri_resmgr.bounded import parse_json
 from cri_resmgr.status import svg, text, view
 
 # The metrics address scripts/node/cri-resmgr.default suggests; the agent's health is on 8891.
@@ -82,7 +83,7 @@ def load(path: str) -> dict[str, Any]:
     """A saved /state document; raises CommandError naming the file and what is wrong."""
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = parse_json(f.read())
     except OSError as e:
         raise flags.CommandError(f"cannot read {path}: {e.strerror}") from None
     except (ValueError, RecursionError) as e:
@@ -124,7 +125,7 @@ def _is_saved_state(path: str) -> bool:
             if f.read(64).lstrip()[:1] != "{":
                 return False
             f.seek(0)
-            doc = json.load(f)
+            doc = parse_json(f.read())
     except (OSError, ValueError, RecursionError):
         return False
     return isinstance(doc, dict) and doc.get("format") == "cri-resmgr-state"
