@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cri_resmgr.policy.api import FALSE_WORDS, QoS, Workload
+from cri_resmgr.policy.api import QoS, Workload
 from cri_resmgr.policy.topology_aware.affinity import Rule, parse_rules
 from cri_resmgr.policy.topology_aware.memory import DEFAULT_KINDS, AnnotationError, parse_duration, parse_memory_type
 from cri_resmgr.policy.topology_aware.options import Options, parse_level
@@ -39,8 +39,6 @@ __all__ = ["CPUClass", "Request", "request_of", "UNLIMITED_BURSTABLE"]
 
 UNLIMITED_BURSTABLE = "unlimited-burstable"
 T = TypeVar("T")
-_TRUE = ("true", "yes", "1", "on")
-_FALSE = FALSE_WORDS
 
 
 class CPUClass(str, enum.Enum):
@@ -117,10 +115,8 @@ def request_of(w: Workload, options: Options, reserved_cpus: int) -> Request:
 
 
 def _wants_reserved(w: Workload, options: Options) -> bool:
-    """prefer-reserved-cpus wins either way; else a reserved namespace puts it there."""
-    raw = w.annotation("prefer-reserved-cpus")
-    explicit = None if raw is None else True if raw.strip().lower() in _TRUE else \
-        False if raw.strip().lower() in _FALSE else None  # a bad value: the engine warned already
-    if explicit is not None:
-        return explicit
+    """prefer-reserved-cpus wins either way (the engine read a true into `prefer_reserved`);
+    else a reserved namespace puts it there."""
+    if w.declines_reserved():
+        return False
     return w.prefer_reserved or w.system or options.reserved_namespace(w.namespace)
