@@ -34,6 +34,10 @@ class FakeCRI:
         # `stream_fails`: after that many messages the stream is aborted with UNAVAILABLE.
         self.stream_batch = 5000
         self.stream_fails: int | None = None
+        # UpdatePodSandboxResources: None answers it (containerd 2.x); a code refuses it with that
+        # status (UNIMPLEMENTED: containerd 1.6, 1.7). Each request is kept, in order.
+        self.pod_resize_code: grpc.StatusCode | None = None
+        self.pod_resizes: list[pb.UpdatePodSandboxResourcesRequest] = []
         self._ids = itertools.count(1)
         # Called with (container id, pid, cgroups path) as a container starts: tests build its cgroup there.
         self.on_start = None
@@ -73,6 +77,7 @@ class _Handlers(grpc.GenericRpcHandler):
             "ListContainers": (pb.ListContainersRequest, self.list),
             "ContainerStatus": (pb.ContainerStatusRequest, self.status),
             "UpdateContainerResources": (pb.UpdateContainerResourcesRequest, self.update),
+            "UpdatePodSandboxResources": (pb.UpdatePodSandboxResourcesRequest, self.update_pod),
             "RuntimeConfig": (pb.RuntimeConfigRequest, self.runtime_config),
         }
         self.streams = {
@@ -210,3 +215,11 @@ class _Handlers(grpc.GenericRpcHandler):
             setattr(c["resources"], field.name, value)
         self.f.updates += 1
         return pb.UpdateContainerResourcesResponse()
+
+    async def update_pod(self, req, ctx):
+        self.f.pod_resizes.append(req)
+        if self.f.pod_resize_code is not None:
+            await ctx.abort(self.f.pod_resize_code, f"fake: UpdatePodSandboxResources {self.f.pod_resize_code.name}")
+        if req.pod_sandbox_id not in self.f.pods:
+            await ctx.abort(grpc.StatusCode.NOT_FOUND, f"pod {req.pod_sandbox_id} not found")
+        return pb.UpdatePodSandboxResourcesResponse()
