@@ -215,7 +215,7 @@ class Controller:
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              cache, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
-                             reload=self._reload)
+                             reload=self._reload, blockio_refused=self._classes.stats().refused)
 
     async def current_state(self) -> snapshot.EngineState:
         """`state()`, and under the none policy (no cache) the runtime's running containers

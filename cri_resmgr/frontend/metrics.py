@@ -66,6 +66,12 @@ def _class_families(c: ClassStats) -> Iterator[Metric]:
     yield failed
     yield CounterMetricFamily("cri_resmgr_class_unknown", "Annotations naming a class the configuration does not "
                               "have (the container runs without one)", value=c.unknown)
+    refused = GaugeMetricFamily("cri_resmgr_class_refused_lines", "Containers whose block I/O class has a line the "
+                                "kernel refuses now, by class, file and reason (the line is in cri-resmgr status)",
+                                labels=["kind", "class", "file", "reason"])
+    for r in c.refused:
+        refused.add_metric(["blockio", r.cls, r.file, r.reason.split(" ")[0]], r.containers)
+    yield refused
 
 
 def _node_families(n: NodeStats) -> Iterator[Metric]:

@@ -30,6 +30,10 @@ class FakeCRI:
         # meanwhile); a true result refuses the update with UNAVAILABLE.
         self.update_gate = None
         self.pids: dict[str, int] = {}  # id -> the "pid" a verbose ContainerStatus gives
+        # UpdatePodSandboxResources: None answers it (containerd 2.x); a code refuses it with that
+        # status (UNIMPLEMENTED: containerd 1.6, 1.7). Each request is kept, in order.
+        self.pod_resize_code: grpc.StatusCode | None = None
+        self.pod_resizes: list[pb.UpdatePodSandboxResourcesRequest] = []
         self._ids = itertools.count(1)
         # Called with (container id, pid, cgroups path) as a container starts: tests build its cgroup there.
         self.on_start = None
@@ -69,6 +73,7 @@ class _Handlers(grpc.GenericRpcHandler):
             "ListContainers": (pb.ListContainersRequest, self.list),
             "ContainerStatus": (pb.ContainerStatusRequest, self.status),
             "UpdateContainerResources": (pb.UpdateContainerResourcesRequest, self.update),
+            "UpdatePodSandboxResources": (pb.UpdatePodSandboxResourcesRequest, self.update_pod),
         }
 
     def service(self, details):
@@ -186,3 +191,11 @@ class _Handlers(grpc.GenericRpcHandler):
             setattr(c["resources"], field.name, value)
         self.f.updates += 1
         return pb.UpdateContainerResourcesResponse()
+
+    async def update_pod(self, req, ctx):
+        self.f.pod_resizes.append(req)
+        if self.f.pod_resize_code is not None:
+            await ctx.abort(self.f.pod_resize_code, f"fake: UpdatePodSandboxResources {self.f.pod_resize_code.name}")
+        if req.pod_sandbox_id not in self.f.pods:
+            await ctx.abort(grpc.StatusCode.NOT_FOUND, f"pod {req.pod_sandbox_id} not found")
+        return pb.UpdatePodSandboxResourcesResponse()

@@ -17,6 +17,7 @@ and LinuxContainerResources derived from requests and limits
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -243,6 +244,71 @@ class Kubelet:
         request = self.pb.UpdateContainerResourcesRequest(container_id=container_id, linux=self.linux_resources(resources))
         self.runtime.UpdateContainerResources(request, timeout=self.rpc_timeout)
 
+    def update_pod_sandbox_resources(self, sandbox_id: str, resources: LinuxResources,
+                                     overhead: LinuxResources | None = None) -> None:
+        """UpdatePodSandboxResources (kubelet 1.33+), as kubelet sends it on a pod resize."""
+        request = self.pb.UpdatePodSandboxResourcesRequest(
+            pod_sandbox_id=sandbox_id, resources=self.linux_resources(resources),
+            overhead=self.linux_resources(overhead) if overhead is not None else self.pb.LinuxContainerResources())
+        self.runtime.UpdatePodSandboxResources(request, timeout=self.rpc_timeout)
+
+    def resize_pod(self, pod: PodHandle, resources: Mapping[str, Mapping[str, str]] | None = None,
+                   containers: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None) -> list[str]:
+        """An in-place resize of a running pod as kubelet 1.36 does it (KEP-1287, and
+        KEP-5419 for pod-level `resources`): UpdatePodSandboxResources before the pod's
+        cgroup grows, after it shrinks, then UpdateContainerResources for each container.
+        Any error of UpdatePodSandboxResources but UNIMPLEMENTED (runtimes before it,
+        containerd 1.6 and 1.7) blocks the resize: raised, nothing else done. A failure
+        after it (a cgroup update, a container's update) is reverted: the pod's cgroup and
+        UpdatePodSandboxResources get the old size again, and the failure is raised.
+        `containers`: new {"requests", "limits"} by container name. Returns the calls
+        made, in order ("UpdatePodSandboxResources", "pod cgroup", "UpdateContainerResources c"...)."""
+        old_spec = pod.spec
+        wanted = containers or {}
+        new_spec = dataclasses.replace(
+            old_spec, resources={k: dict(v) for k, v in (resources or old_spec.resources).items()},
+            containers=[dataclasses.replace(c, requests=dict(wanted.get(c.name, {}).get("requests", c.requests)),
+                                            limits=dict(wanted.get(c.name, {}).get("limits", c.limits)))
+                        for c in old_spec.containers])
+        old, new = sandbox_resources(old_spec), sandbox_resources(new_spec)
+        grows = new.cpu_shares >= old.cpu_shares
+        calls: list[str] = []
+        cgroup_parent = pod_cgroup_parent(old_spec, self.cgroup_root)
+
+        def sandbox(values: LinuxResources) -> None:
+            calls.append("UpdatePodSandboxResources")
+            try:
+                self.update_pod_sandbox_resources(pod.sandbox_id, values)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                    raise
+
+        def pod_cgroup(values: LinuxResources) -> None:
+            calls.append("pod cgroup")
+            _write_pod_cgroup(cgroup_parent, values)
+
+        steps = [lambda: sandbox(new), lambda: pod_cgroup(new)] if grows else [lambda: pod_cgroup(new), lambda: sandbox(new)]
+        steps[0]()  # an error here leaves everything as it was
+        try:
+            steps[1]()
+            for c in new_spec.containers:
+                cid = pod.container_ids.get(c.name)
+                if cid is None:
+                    continue
+                calls.append(f"UpdateContainerResources {c.name}")
+                self.update_container_resources(cid, container_resources(new_spec, c, self.memory_capacity))
+        except (grpc.RpcError, OSError):
+            calls.append("revert")  # kubelet's revert of a failed resize: the old size again
+            try:
+                _write_pod_cgroup(cgroup_parent, old)
+                self.update_pod_sandbox_resources(pod.sandbox_id, old)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                    raise
+            raise
+        pod.spec = new_spec
+        return calls
+
     def stop_pod(self, sandbox_id: str) -> None:
         self.runtime.StopPodSandbox(self.pb.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=self.rpc_timeout)
 
@@ -344,6 +410,15 @@ class Kubelet:
             return config.get("linux", {}).get("cgroup_parent", "")
         except (grpc.RpcError, ValueError):
             return ""
+
+
+def _write_pod_cgroup(cgroup_parent: str, values: LinuxResources) -> None:
+    """What kubelet writes into a pod's cgroup on a resize (cgroup v1 cpu controller;
+    nothing where the runtime made no such directory)."""
+    for d in cgroupfs.cgroup_dirs(cgroup_parent):
+        if (d / "cpu.shares").exists():
+            (d / "cpu.shares").write_text(str(values.cpu_shares))
+            (d / "cpu.cfs_quota_us").write_text(str(values.cpu_quota or -1))
 
 
 def _container_hash(spec: ContainerSpec) -> str:
