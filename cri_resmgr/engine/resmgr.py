@@ -512,6 +512,10 @@ class ResourceManager:
             return self._released_on_exit(ids)
         return None
 
+    def holding(self, ids: list[str]) -> list[str]:
+        """See Core.holding."""
+        return [i for i in ids if (c := self._cache.by_id(i)) is not None and not c.released]
+
     # -- helpers ------------------------------------------------------------------
 
     async def _released_on_exit(self, ids: list[str]) -> None:
