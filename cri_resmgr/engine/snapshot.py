@@ -58,6 +58,24 @@ class ContainerState:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """A block I/O line of a class the kernel refuses, in the containers of that class that
+    have it now (classes.md): the file's name, the line, why, how many, one of them."""
+
+    cls: str
+    file: str
+    line: str
+    reason: str
+    containers: int
+    example: str  # the first container it was seen in ("default/web:c")
+    path: str  # the file there, in full
+
+    def to_document(self) -> dict[str, Any]:
+        return {"class": self.cls, "file": self.file, "line": self.line, "reason": self.reason,
+                "containers": self.containers, "example": self.example, "path": self.path}
+
+
+@dataclass(frozen=True)
 class TopologySummary:
     """Online, offline and isolated CPUs, and packages > NUMA nodes > cores > threads."""
 
@@ -102,6 +120,7 @@ class EngineState:
     # Every pool as the policy reports it (kind, parent, members...: balloons, a pool tree).
     pool_usage: tuple[PoolUsage, ...] = ()
     reload: ReloadStats = ReloadStats()
+    blockio_refused: tuple[Refused, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
@@ -111,7 +130,8 @@ class EngineState:
                 "topology": None if self.topology is None else self.topology.to_document(),
                 "pools": {name: str(cpus) for name, cpus in self.pools},
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
-                "containers": [c.to_document() for c in self.containers]}
+                "containers": [c.to_document() for c in self.containers],
+                "blockio_refused": [r.to_document() for r in self.blockio_refused]}
 
 
 def _pool_row(p: PoolUsage) -> dict[str, Any]:
@@ -140,9 +160,10 @@ def summarise(topo: Topology) -> TopologySummary:
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool,
          classes: Callable[[str], tuple[str | None, str | None]] | None = None,
-         reload: ReloadStats | None = None) -> EngineState:
+         reload: ReloadStats | None = None, blockio_refused: tuple[Refused, ...] = ()) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
-    `classes`: a container's (blockio, rdt) classes by its key."""
+    `classes`: a container's (blockio, rdt) classes by its key; `blockio_refused`: the
+    class controller's refused lines."""
     usage = policy.usage() if policy is not None else None
     pools: Mapping[str, CPUSet] = usage.pool_cpus() if usage is not None else {}
     containers = []
@@ -163,7 +184,8 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),
-                       pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats())
+                       pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats(),
+                       blockio_refused=blockio_refused)
 
 
 def _known(value: int) -> int | None:
