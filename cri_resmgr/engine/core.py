@@ -121,6 +121,11 @@ class Core(Protocol):
     def on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         """Containers seen exited: what to wait for while they are released (None: nothing)."""
 
+    def holding(self, ids: list[str]) -> list[str]:
+        """Of these containers, those that still hold what the policy gave them: what
+        `on_exit` would release. No side effect; a streamed listing keeps only these
+        until it is complete."""
+
 
 def write_cpuset(linux: pb.LinuxContainerResources, r: Resources) -> None:
     """Sets the policy's fields in a container's resources (a CPUSet formats its text
@@ -169,3 +174,6 @@ class Bystander:
 
     def on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         return None
+
+    def holding(self, ids: list[str]) -> list[str]:
+        return []

@@ -29,6 +29,7 @@ from cri_resmgr.transport.contract import (
     Keep,
     ReplyObserver,
     Request,
+    StreamObserver,
     Transport,
 )
 
@@ -40,10 +41,11 @@ def interceptors(core: Core | None) -> InterceptionTable:
     if core is None:
         return {}
     events = core.events
-    table: dict[str, Interceptor | ReplyObserver] = {
+    table: dict[str, Interceptor | ReplyObserver | StreamObserver] = {
         name: make(core) for name, make in _ADAPTERS.items() if name in events}
     if EXITS in events:
-        table.update(exits.interceptors(core.on_exit))  # ListContainers, ContainerStatus
+        # ListContainers, StreamContainers, ContainerStatus
+        table.update(exits.interceptors(core.on_exit, core.holding))
     return table
 
 

@@ -42,6 +42,7 @@ from cri_resmgr.engine.core import (
     write_cpuset,
 )
 from cri_resmgr.engine.enforce import Enforcer
+from cri_resmgr.engine.nodectl import NodeControl
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.saves import Saves
 from cri_resmgr.policy import resize as policy_resize
@@ -93,9 +94,11 @@ class ResourceManager:
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
                  lock: asyncio.Lock, options: Options | None = None,
                  note: Callable[[str], None] | None = None,
-                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None):
+                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None,
+                 node: NodeControl | None = None):
         self._policy_name = policy_name
         self._classes = classes
+        self._node = node  # scheduling classes and IRQ affinity (engine/nodectl.py)
         self._policy = policy
         self._cache = cache
         self._enforcer = enforcer
@@ -380,6 +383,11 @@ class ResourceManager:
                     await self._classes.started(c)
                 except Exception:  # a bug there must not fail the container's start
                     log.exception("%s: enforcing its block I/O and RDT classes failed", c.workload)
+            if self._node is not None:  # its scheduling class, on its threads
+                try:
+                    await self._node.started(c, self._policy)
+                except Exception:  # a bug there must not fail the container's start
+                    log.exception("%s: enforcing its scheduling class failed", c.workload)
 
     async def stopped(self, container_id: str) -> None:
         await self._released_by_id(container_id, drop=False)
@@ -507,6 +515,10 @@ class ResourceManager:
             return self._released_on_exit(ids)
         return None
 
+    def holding(self, ids: list[str]) -> list[str]:
+        """See Core.holding."""
+        return [i for i in ids if (c := self._cache.by_id(i)) is not None and not c.released]
+
     # -- helpers ------------------------------------------------------------------
 
     async def _released_on_exit(self, ids: list[str]) -> None:
@@ -542,6 +554,8 @@ class ResourceManager:
         if c.released:
             return set()
         c.released = True
+        if self._node is not None and c.id:
+            self._node.forget(c.id)  # its RT budget, if it had one
         self._applied.pop(c.key, None)
         self._linux.pop(c.key, None)
         had = self._policy.resources(c.key)
@@ -573,6 +587,11 @@ class ResourceManager:
             batch.add(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
+        if self._node is not None:  # the controllable IRQs follow the allocations
+            try:
+                self._node.irqs(self._policy)
+            except Exception:  # a bug there must not fail the decision made
+                log.exception("setting the controllable IRQs' affinities failed")
 
     def _changed(self, c: ContainerRecord, target: Resources) -> pb.LinuxContainerResources:
         """The container's resources as last set, with the policy's fields changed, to

@@ -173,7 +173,7 @@ def test_the_cri_adapter_writes_the_decision_into_the_request_and_maps_refusals(
     assert set(table) == {"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "UpdatePodSandboxResources",
                           "CreateContainer",
                           "StartContainer", "StopContainer", "RemoveContainer", "UpdateContainerResources",
-                          "ListContainers", "ContainerStatus"}
+                          "ListContainers", "StreamContainers", "ContainerStatus"}
 
 
 def test_a_core_gets_only_the_calls_it_takes() -> None:
