@@ -32,6 +32,7 @@ class FakeRuntime:
         self.seen_metadata: dict[str, str] = {}
         self.seen_remaining: float | None = None
         self.requests: dict[str, bytes] = {}
+        self.unimplemented: set[str] = set()  # paths answered UNIMPLEMENTED, as by a runtime without them
         # StreamContainers / StreamPodSandboxes: the messages each call streams (serialized
         # StreamContainersResponse / StreamPodSandboxesResponse), then OK; `stream_fails` after
         # that many messages, the runtime aborts the stream with UNAVAILABLE instead; with
@@ -143,6 +144,6 @@ class _Handlers(grpc.GenericRpcHandler):
             return grpc.unary_unary_rpc_method_handler(half_second)
         if name == "/test.Big/List":
             return grpc.unary_unary_rpc_method_handler(big)
-        if name.startswith("/runtime.v1.RuntimeService/Unknown"):
+        if name.startswith("/runtime.v1.RuntimeService/Unknown") or name in f.unimplemented:
             return None  # UNIMPLEMENTED by gRPC itself
         return grpc.unary_unary_rpc_method_handler(echo)
