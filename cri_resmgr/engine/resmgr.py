@@ -40,6 +40,7 @@ from cri_resmgr.engine.core import (
     UpdateStep,
     write_cpuset,
 )
+from cri_resmgr.engine.cpuclasses import CpuClassControl
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.saves import Saves
@@ -92,9 +93,11 @@ class ResourceManager:
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
                  lock: asyncio.Lock, options: Options | None = None,
                  note: Callable[[str], None] | None = None,
-                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None):
+                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None,
+                 cpu_classes: CpuClassControl | None = None):
         self._policy_name = policy_name
         self._classes = classes
+        self._cpu_classes = cpu_classes
         self._policy = policy
         self._cache = cache
         self._enforcer = enforcer
@@ -491,6 +494,8 @@ class ResourceManager:
             batch.add(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
+        if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it
+            self._cpu_classes.decided(self._policy, self._cache)
 
     def _changed(self, c: ContainerRecord, target: Resources) -> pb.LinuxContainerResources:
         """The container's resources as last set, with the policy's fields changed, to

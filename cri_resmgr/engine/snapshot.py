@@ -17,6 +17,7 @@ from typing import Any
 
 from cri_resmgr.config import Config
 from cri_resmgr.engine.cache import Cache
+from cri_resmgr.engine.cpuclasses import CpuClassStats
 from cri_resmgr.policy.api import Policy
 from cri_resmgr.policy.usage import PoolUsage
 from cri_resmgr.topology import Topology
@@ -102,6 +103,9 @@ class EngineState:
     # Every pool as the policy reports it (kind, parent, members...: balloons, a pool tree).
     pool_usage: tuple[PoolUsage, ...] = ()
     reload: ReloadStats = ReloadStats()
+    # CPU classes (docs/classes.md): each class's CPUs, and the writes the kernel refused by path.
+    cpu_classes: tuple[tuple[str, CPUSet], ...] = ()
+    cpu_class_failures: tuple[tuple[str, str, str], ...] = ()  # (path, value, error)
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
@@ -111,7 +115,9 @@ class EngineState:
                 "topology": None if self.topology is None else self.topology.to_document(),
                 "pools": {name: str(cpus) for name, cpus in self.pools},
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
-                "containers": [c.to_document() for c in self.containers]}
+                "containers": [c.to_document() for c in self.containers],
+                "cpu_classes": {name: str(cpus) for name, cpus in self.cpu_classes},
+                "cpu_class_failures": [{"path": p, "value": v, "error": e} for p, v, e in self.cpu_class_failures]}
 
 
 def _pool_row(p: PoolUsage) -> dict[str, Any]:
@@ -140,7 +146,7 @@ def summarise(topo: Topology) -> TopologySummary:
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool,
          classes: Callable[[str], tuple[str | None, str | None]] | None = None,
-         reload: ReloadStats | None = None) -> EngineState:
+         reload: ReloadStats | None = None, cpu_classes: CpuClassStats | None = None) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
     `classes`: a container's (blockio, rdt) classes by its key."""
     usage = policy.usage() if policy is not None else None
@@ -163,7 +169,10 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),
-                       pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats())
+                       pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats(),
+                       cpu_classes=tuple(cpu_classes.cpus.items()) if cpu_classes is not None else (),
+                       cpu_class_failures=tuple((p, v, e) for p, (v, e) in sorted(cpu_classes.failed.items()))
+                       if cpu_classes is not None else ())
 
 
 def _known(value: int) -> int | None:

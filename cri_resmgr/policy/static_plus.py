@@ -26,6 +26,7 @@ from __future__ import annotations
 from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, parse_layout
 from cri_resmgr.policy.pools import (
     POOL_EXCLUSIVE,
     POOL_ISOLATED,
@@ -46,7 +47,7 @@ __all__ = ["StaticPlusPolicy", "NAME", "DESCRIPTION", "OPTIONS"]
 
 NAME = "static-plus"
 DESCRIPTION = "reserved, isolated and shared pools; exclusive CPUs for any container requesting whole CPUs"
-OPTIONS: tuple[str, ...] = ()
+OPTIONS: tuple[str, ...] = LAYOUT_KEYS
 
 
 class StaticPlusPolicy(PoolPolicy):
@@ -54,6 +55,7 @@ class StaticPlusPolicy(PoolPolicy):
 
     def __init__(self, context: PolicyContext) -> None:
         check_options(context.options, OPTIONS, NAME)
+        self._cpu_layout = parse_layout(context.options, NAME)
         available, reserved = checked_cpus(context)
         self._available = available
         self._reserved = reserved
