@@ -59,6 +59,24 @@ class ContainerState:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """A block I/O line of a class the kernel refuses, in the containers of that class that
+    have it now (classes.md): the file's name, the line, why, how many, one of them."""
+
+    cls: str
+    file: str
+    line: str
+    reason: str
+    containers: int
+    example: str  # the first container it was seen in ("default/web:c")
+    path: str  # the file there, in full
+
+    def to_document(self) -> dict[str, Any]:
+        return {"class": self.cls, "file": self.file, "line": self.line, "reason": self.reason,
+                "containers": self.containers, "example": self.example, "path": self.path}
+
+
+@dataclass(frozen=True)
 class TopologySummary:
     """Online, offline and isolated CPUs, and packages > NUMA nodes > cores > threads."""
 
@@ -106,6 +124,7 @@ class EngineState:
     # CPU classes (docs/classes.md): each class's CPUs, and the writes the kernel refused by path.
     cpu_classes: tuple[tuple[str, CPUSet], ...] = ()
     cpu_class_failures: tuple[tuple[str, str, str], ...] = ()  # (path, value, error)
+    blockio_refused: tuple[Refused, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
@@ -117,7 +136,8 @@ class EngineState:
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
                 "containers": [c.to_document() for c in self.containers],
                 "cpu_classes": {name: str(cpus) for name, cpus in self.cpu_classes},
-                "cpu_class_failures": [{"path": p, "value": v, "error": e} for p, v, e in self.cpu_class_failures]}
+                "cpu_class_failures": [{"path": p, "value": v, "error": e} for p, v, e in self.cpu_class_failures],
+                "blockio_refused": [r.to_document() for r in self.blockio_refused]}
 
 
 def _pool_row(p: PoolUsage) -> dict[str, Any]:
@@ -146,9 +166,11 @@ def summarise(topo: Topology) -> TopologySummary:
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool,
          classes: Callable[[str], tuple[str | None, str | None]] | None = None,
-         reload: ReloadStats | None = None, cpu_classes: CpuClassStats | None = None) -> EngineState:
+         reload: ReloadStats | None = None, cpu_classes: CpuClassStats | None = None,
+         blockio_refused: tuple[Refused, ...] = ()) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
-    `classes`: a container's (blockio, rdt) classes by its key."""
+    `classes`: a container's (blockio, rdt) classes by its key; `blockio_refused`: the
+    class controller's refused lines."""
     usage = policy.usage() if policy is not None else None
     pools: Mapping[str, CPUSet] = usage.pool_cpus() if usage is not None else {}
     containers = []
@@ -172,7 +194,8 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
                        pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats(),
                        cpu_classes=tuple(cpu_classes.cpus.items()) if cpu_classes is not None else (),
                        cpu_class_failures=tuple((p, v, e) for p, (v, e) in sorted(cpu_classes.failed.items()))
-                       if cpu_classes is not None else ())
+                       if cpu_classes is not None else (),
+                       blockio_refused=blockio_refused)
 
 
 def _known(value: int) -> int | None:
