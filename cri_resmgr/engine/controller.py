@@ -40,6 +40,7 @@ from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,13 @@ class Controller:
                              cache, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
                              reload=self._reload, cpu_classes=self._cpu_classes.stats(),
-                             blockio_refused=self._classes.stats().refused)
+                             blockio_refused=self._classes.stats().refused,
+                             narrowed=self._narrowed if resmgr is not None else None)
+
+    def _narrowed(self, key: str) -> tuple[CPUSet, str] | None:
+        """What the kernel enforces of a container's cpuset a parent cgroup narrows (the reconcile's finding)."""
+        got = self._resmgr.narrowed(key) if self._resmgr is not None else None
+        return (got.enforced, got.narrowed_by or "?") if got is not None else None
 
     async def current_state(self) -> snapshot.EngineState:
         """`state()`, and under the none policy (no cache) the runtime's running containers

@@ -144,10 +144,15 @@ def _cpu_classes(classes: Mapping[str, str] | None) -> str:
 
 
 def _warnings(doc: Mapping[str, Any]) -> tuple[str, ...]:
-    """The block I/O lines the kernel refuses (docs/classes.md)."""
-    return tuple(f"block I/O class {r['class']}: the kernel refuses {r['line']!r} in {r['file']}: {r['reason']}; "
-                 f"{r['containers']} container{'' if r['containers'] == 1 else 's'} (first {r['example']}: "
-                 f"{r['path']})" for r in doc.get("blockio_refused") or ())
+    """Containers the kernel keeps on fewer CPUs than decided (a parent cgroup narrowed:
+    docs/cgroups.md), and the block I/O lines it refuses (docs/classes.md)."""
+    narrowed = tuple(f"{c['namespace']}/{c['pod']}:{c['name']} runs on CPUs {c['effective_cpus']} only, not "
+                     f"{c['cpus']}: cgroup {c['narrowed_by']} narrows it" for c in doc["containers"]
+                     if c.get("narrowed_by") and c.get("effective_cpus") is not None)
+    return narrowed + tuple(
+        f"block I/O class {r['class']}: the kernel refuses {r['line']!r} in {r['file']}: {r['reason']}; "
+        f"{r['containers']} container{'' if r['containers'] == 1 else 's'} (first {r['example']}: {r['path']})"
+        for r in doc.get("blockio_refused") or ())
 
 
 def _stamp(doc: Mapping[str, Any]) -> str:
