@@ -50,7 +50,9 @@ class HostRoot:
             return None
 
     def write(self, rel: str, text: str) -> None:
-        fd = os.open(self._path(rel), os.O_WRONLY)
+        # O_TRUNC as `echo v > file` opens it: the kernel's files take the value whole either
+        # way, and a plain file under a test's -host-root then holds just the last value.
+        fd = os.open(self._path(rel), os.O_WRONLY | os.O_TRUNC)
         try:
             data = text.encode()
             if os.write(fd, data) != len(data):
