@@ -2,7 +2,8 @@
 
 Tests of the relay against the real containerd live in test_relay_containerd.py;
 this one only answers what a real runtime cannot be made to do on demand:
-trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines.
+trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines, and
+replies of a chosen size (`replies`: thousands of containers without creating them).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class FakeRuntime:
         self.seen_metadata: dict[str, str] = {}
         self.seen_remaining: float | None = None
         self.requests: dict[str, bytes] = {}
+        # Method name -> the serialized reply it answers with (instead of the echo).
+        self.replies: dict[str, bytes] = {}
 
     async def start(self) -> None:
         self.server = grpc.aio.server(options=(
@@ -64,6 +67,10 @@ class _Handlers(grpc.GenericRpcHandler):
             ctx.set_trailing_metadata((("x-echo-len", str(len(req))),))
             return req
 
+        async def canned(req: bytes, ctx):
+            f.requests[name] = req
+            return f.replies[name.rpartition("/")[2]]
+
         async def not_found(req: bytes, ctx):
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container \"abc\" not found",
                             (("x-reason", "gone"),))
@@ -85,6 +92,8 @@ class _Handlers(grpc.GenericRpcHandler):
             return pb.ListContainersResponse(containers=[
                 pb.Container(id=f"{i:064d}", labels={"pad": "x" * 1000}) for i in range(n)]).SerializeToString()
 
+        if name.rpartition("/")[2] in f.replies:
+            return grpc.unary_unary_rpc_method_handler(canned)
         if name == V1 + "Version":
             return grpc.unary_unary_rpc_method_handler(version)
         if name == V1 + "ContainerStatus":
