@@ -24,12 +24,14 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
+from cri_resmgr.classes.sched import DryRunScheduler, Syscalls
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
+from cri_resmgr.engine.nodectl import NodeControl, NodeStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
@@ -37,6 +39,7 @@ from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,7 @@ class EngineStats:
     resizes: int = 0  # in-place resizes the policy re-decided
     resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
     reload: snapshot.ReloadStats = snapshot.ReloadStats()  # the last configuration tried, and the last success
+    node: NodeStats = NodeStats()  # scheduling classes and IRQ affinity given and failed
 
 
 
@@ -161,6 +165,10 @@ class Controller:
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
         self._classes_only: ClassesOnly | None = None  # the none policy's StartContainer, when there are classes
+        # Scheduling classes and IRQ affinity for the policy in force (engine/nodectl.py).
+        self._node = NodeControl(DryRun(files) if settings.dry_run else files,
+                                 DryRunScheduler(Syscalls()) if settings.dry_run else Syscalls(), runtime,
+                                 lambda: self.topology().online, note=self._note)
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -185,7 +193,8 @@ class Controller:
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
                            updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
-                           resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload)
+                           resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload,
+                           node=self._node.stats())
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -207,7 +216,13 @@ class Controller:
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              cache, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
-                             reload=self._reload)
+                             reload=self._reload, blockio_refused=self._classes.stats().refused,
+                             narrowed=self._narrowed if resmgr is not None else None)
+
+    def _narrowed(self, key: str) -> tuple[CPUSet, str] | None:
+        """What the kernel enforces of a container's cpuset a parent cgroup narrows (the reconcile's finding)."""
+        got = self._resmgr.narrowed(key) if self._resmgr is not None else None
+        return (got.enforced, got.narrowed_by or "?") if got is not None else None
 
     async def current_state(self) -> snapshot.EngineState:
         """`state()`, and under the none policy (no cache) the runtime's running containers
@@ -284,6 +299,7 @@ class Controller:
                                    adopted=r.adopted + counts["adopted"], resent=r.resent + counts["resent"])
         # Classes: containers started behind the relay's back, new threads, lost rules.
         await self._classes.sync(resmgr.cache)
+        await self._node.sync(resmgr.cache, resmgr.policy)
         return counts
 
     # -- sources ----------------------------------------------------------------------
@@ -371,7 +387,9 @@ class Controller:
         if self._resmgr is not None:
             self._classes_only = None
             await self._classes.sync(self._resmgr.cache)
+            await self._node.sync(self._resmgr.cache, self._resmgr.policy)
         else:
+            self._node.irqs(None)  # no policy: the IRQs get back what they had
             await self._classes_without_policy(config)
         log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
 
@@ -444,7 +462,8 @@ class Controller:
             options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
-                                     note=self._note, cgroups=self._cgroups, classes=self._classes)
+                                     note=self._note, cgroups=self._cgroups, classes=self._classes,
+                                     node=self._node)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:
@@ -513,6 +532,7 @@ class Controller:
     async def close(self) -> None:
         if self._resmgr is not None:
             await self._resmgr.close()
+        self._node.close()  # IRQ affinities and RT budgets back as they were
         if self._enforcer is not None:
             await self._enforcer.close()
         if self._dumper is not None:

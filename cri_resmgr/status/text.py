@@ -42,6 +42,8 @@ def render(view: View, colour: bool = False) -> str:
         lines += _pool_lines(view.pool_table)
     lines.append("")
     lines += _table(view.containers, colour) if view.containers else ["No containers."]
+    if view.warnings:
+        lines += ["", "Warnings:"] + [f"  {w}" for w in view.warnings]
     return "\n".join(lines)
 
 

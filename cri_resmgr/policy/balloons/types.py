@@ -36,9 +36,12 @@ from typing import Any, Literal
 
 from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Workload
+from cri_resmgr.policy.balloons.tuning import TUNING_POLICY_OPTIONS, TUNING_TYPE_OPTIONS, BalloonTuning, parse_tuning
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
+from cri_resmgr.policy.irqs import NOTHING, Selection
 from cri_resmgr.policy.pools import option_bool
+from cri_resmgr.policy.schedclass import NO_RULES, Rules
 from cri_resmgr.topology.model import Level
 
 __all__ = [
@@ -65,12 +68,12 @@ SHARE_LEVELS: dict[str, Level | None] = {
 }
 
 POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces", "PreferSpreadOnPhysicalCores",
-                  "AllocatorTopologyBalancing")
+                  "AllocatorTopologyBalancing", *TUNING_POLICY_OPTIONS)
 TYPE_OPTIONS = (
     "Name", "Namespaces", "MatchExpressions", "MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons",
     "AllocatorPriority", "PreferSpreadingPods", "PreferNewBalloons", "PreferPerNamespaceBalloon",
     "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass", "PreferSpreadOnPhysicalCores",
-    "AllocatorTopologyBalancing",
+    "AllocatorTopologyBalancing", *TUNING_TYPE_OPTIONS,
 )
 # nri-plugins' numeric AllocatorPriority: 0 High, 1 Normal, 2 Low, 3 None.
 _NUMERIC_PRIORITIES: dict[int, Priority] = {0: "performance", 1: "none", 2: "efficiency", 3: "none"}
@@ -99,6 +102,8 @@ class BalloonType:
     balance: bool = False  # AllocatorTopologyBalancing: new balloons where most CPUs are free
     pin_memory: bool = True
     cpu_class: str = ""
+    # SchedulingClass, IRQClaim, IRQMode (policy/balloons/tuning.py)
+    tuning: BalloonTuning = field(default_factory=BalloonTuning, compare=False)
     order: int = 0  # position in BalloonTypes: matching tries types in this order
     configured: bool = field(default=False, compare=False)
 
@@ -121,6 +126,8 @@ class BalloonType:
 class BalloonsConfig:
     types: tuple[BalloonType, ...]  # matching order; reserved and default included
     reserved_namespaces: tuple[str, ...]
+    sched: Rules = NO_RULES  # SchedulingClasses
+    irqs: Selection = NOTHING  # ControllableInterrupts
 
     def type(self, name: str) -> BalloonType | None:
         for t in self.types:
@@ -174,7 +181,8 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
     default = _sane_default(default)
     user = sorted(parsed.values(), key=lambda t: t.order)
     types = (reserved, *user, _reordered(default, count))
-    return BalloonsConfig(types=types, reserved_namespaces=reserved_ns)
+    sched, irqs = parse_tuning(options, types, section)
+    return BalloonsConfig(types=types, reserved_namespaces=reserved_ns, sched=sched, irqs=irqs)
 
 
 def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, what: str) -> dict[str, Any]:
@@ -256,7 +264,7 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
         balance=option_bool(entry, "AllocatorTopologyBalancing", section,
                             default=defaults.get("AllocatorTopologyBalancing", False)),
         pin_memory=option_bool(entry, "PinMemory", section, default=pin_default),
-        cpu_class=cpu_class, order=order, configured=True,
+        cpu_class=cpu_class, order=order, configured=True, tuning=BalloonTuning.of(entry, where),
     )
 
 

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from cri_resmgr.bounded import short
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.pools import check_options, option_bool
+from cri_resmgr.policy.tuning import TUNING_OPTIONS
 
 __all__ = ["NAME", "OPTIONS", "Options", "parse_options", "parse_level", "LEVEL_NAMES", "DEFAULT_UNLIMITED_BURSTABLE"]
 
 NAME = "topology-aware"
 OPTIONS = ("PinCPU", "PinMemory", "PreferIsolatedCPUs", "PreferSharedCPUs", "ReservedPoolNamespaces",
-           "ColocatePods", "ColocateNamespaces", "UnlimitedBurstable")
+           "ColocatePods", "ColocateNamespaces", "UnlimitedBurstable", *TUNING_OPTIONS)
 # Names of a tree level (the lowest level a Burstable container without a CPU limit may
 # be placed at); None: any level. nri-plugins' names (system, package, die, numa) and ours.
 LEVEL_NAMES: dict[str, str | None] = {

@@ -25,6 +25,7 @@ from cri_resmgr.policy.topology_aware.options import NAME, parse_options
 from cri_resmgr.policy.topology_aware.placement import Placer
 from cri_resmgr.policy.topology_aware.pooltree import PoolTree, build_tree
 from cri_resmgr.policy.topology_aware.restore import TopologyAwareRules
+from cri_resmgr.policy.tuning import ExclusiveTuning
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import CPUAllocator
@@ -37,11 +38,12 @@ K = TypeVar("K")
 COLOCATE_WEIGHT = 1000  # ColocatePods / ColocateNamespaces: above any annotation's usual weights
 
 
-class TopologyAwarePolicy:
+class TopologyAwarePolicy(ExclusiveTuning):
     name = NAME
 
     def __init__(self, context: PolicyContext, clock: Callable[[], float] = time.time) -> None:
         self._options = parse_options(context.options)
+        self._parse_tuning(context.options, f"policy.{NAME}")  # scheduling classes, interrupts
         available, reserved = checked_cpus(context)
         self._topology = context.topology
         self._reserved = reserved
