@@ -77,7 +77,7 @@ def test_a_big_list_containers_reply_passes_observed_and_is_read(make, transport
         found.append(ids)
         return released()
 
-    s = make(exits.interceptors(on_exit))
+    s = make(exits.interceptors(on_exit, lambda ids: ids))
     for size in SIZES:
         reply = sized_reply("ListContainers", size, exited=2500)
         s.fake.replies["ListContainers"] = reply
@@ -96,7 +96,7 @@ def test_a_big_list_containers_reply_passes_observed_and_is_read(make, transport
 @pytest.mark.parametrize("observed", [False, True], ids=["unobserved", "observed"])
 def test_a_reply_beyond_kubelets_limit_fails_as_it_would_from_the_runtime(make, transport, observed):
     seen: list[list[str]] = []
-    s = make(exits.interceptors(lambda ids: seen.append(ids)) if observed else None)
+    s = make(exits.interceptors(lambda ids: seen.append(ids), lambda ids: ids) if observed else None)
     s.fake.replies["ListContainers"] = sized_reply("ListContainers", KUBELET_LIMIT + 1, exited=10)
     with pytest.raises(grpc.RpcError) as e:
         kubelet_call(s, "ListContainers")
