@@ -345,7 +345,12 @@ class ResourceManager:
             return
         done: list[tuple[ContainerRecord, Workload, set[str]]] = []
         async with self._lock:
-            sized = podsize.sizes(resources, self._pod_members(pod_id))
+            # Only a container that took a size from the pod: one that took none is in a pod
+            # whose resources are its containers' sum (kubelet sends that on every container's
+            # resize, before their updates), or one that has none to give it.
+            sized = {key: size for key, size in podsize.sizes(resources, self._pod_members(pod_id)).items()
+                     if (c := self._cache.containers.get(key)) is not None
+                     and (c.workload.cpu_request, c.workload.cpu_limit) != (0, None)}
             try:
                 changed = self._resize_members(sized, done=done)
             except ResizeRefused:
