@@ -41,6 +41,7 @@ from cri_resmgr.engine.core import (
     UpdateStep,
     write_cpuset,
 )
+from cri_resmgr.engine.cpuclasses import CpuClassControl
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.nodectl import NodeControl
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
@@ -95,9 +96,10 @@ class ResourceManager:
                  lock: asyncio.Lock, options: Options | None = None,
                  note: Callable[[str], None] | None = None,
                  cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None,
-                 node: NodeControl | None = None):
+                 cpu_classes: CpuClassControl | None = None, node: NodeControl | None = None):
         self._policy_name = policy_name
         self._classes = classes
+        self._cpu_classes = cpu_classes
         self._node = node  # scheduling classes and IRQ affinity (engine/nodectl.py)
         self._policy = policy
         self._cache = cache
@@ -345,7 +347,12 @@ class ResourceManager:
             return
         done: list[tuple[ContainerRecord, Workload, set[str]]] = []
         async with self._lock:
-            sized = podsize.sizes(resources, self._pod_members(pod_id))
+            # Only a container that took a size from the pod: one that took none is in a pod
+            # whose resources are its containers' sum (kubelet sends that on every container's
+            # resize, before their updates), or one that has none to give it.
+            sized = {key: size for key, size in podsize.sizes(resources, self._pod_members(pod_id)).items()
+                     if (c := self._cache.containers.get(key)) is not None
+                     and (c.workload.cpu_request, c.workload.cpu_limit) != (0, None)}
             try:
                 changed = self._resize_members(sized, done=done)
             except ResizeRefused:
@@ -587,6 +594,11 @@ class ResourceManager:
             batch.add(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
+        if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it
+            try:
+                self._cpu_classes.decided(self._policy, self._cache)
+            except Exception:  # a bug there must not fail the decision made
+                log.exception("writing the CPU classes failed")
         if self._node is not None:  # the controllable IRQs follow the allocations
             try:
                 self._node.irqs(self._policy)

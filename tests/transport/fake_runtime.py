@@ -32,6 +32,7 @@ class FakeRuntime:
         self.seen_metadata: dict[str, str] = {}
         self.seen_remaining: float | None = None
         self.requests: dict[str, bytes] = {}
+        self.unimplemented: set[str] = set()  # paths answered UNIMPLEMENTED, as by a runtime without them
         # StreamContainers / StreamPodSandboxes: the messages each call streams (serialized
         # StreamContainersResponse / StreamPodSandboxesResponse), then OK; `stream_fails` after
         # that many messages, the runtime aborts the stream with UNAVAILABLE instead; with
@@ -42,8 +43,8 @@ class FakeRuntime:
         self.stream_fails: int | None = None
         self.stream_gate: asyncio.Event | None = None
         self.stream_cancelled = asyncio.Event()
-        # RuntimeConfig's reply (kubelet reads its cgroup driver from it).
-        self.runtime_config = pb.RuntimeConfigResponse(
+        # RuntimeConfig's reply (kubelet reads its cgroup driver from it); None: UNIMPLEMENTED.
+        self.runtime_config: pb.RuntimeConfigResponse | None = pb.RuntimeConfigResponse(
             linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.CGROUPFS))
 
     async def start(self) -> None:
@@ -120,8 +121,8 @@ class _Handlers(grpc.GenericRpcHandler):
 
         if name in (V1 + "StreamContainers", V1 + "StreamPodSandboxes"):
             return grpc.unary_stream_rpc_method_handler(streamed) if f.streaming else None
-        if name == V1 + "RuntimeConfig":
-            return grpc.unary_unary_rpc_method_handler(runtime_config)
+        if name == V1 + "RuntimeConfig":  # None: UNIMPLEMENTED, as containerd 1.6 and 1.7
+            return grpc.unary_unary_rpc_method_handler(runtime_config) if f.runtime_config is not None else None
         if name == V1 + "Version":
             return grpc.unary_unary_rpc_method_handler(version)
         if name == V1 + "ContainerStatus":
@@ -143,6 +144,6 @@ class _Handlers(grpc.GenericRpcHandler):
             return grpc.unary_unary_rpc_method_handler(half_second)
         if name == "/test.Big/List":
             return grpc.unary_unary_rpc_method_handler(big)
-        if name.startswith("/runtime.v1.RuntimeService/Unknown"):
+        if name.startswith("/runtime.v1.RuntimeService/Unknown") or name in f.unimplemented:
             return None  # UNIMPLEMENTED by gRPC itself
         return grpc.unary_unary_rpc_method_handler(echo)
