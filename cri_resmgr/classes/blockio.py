@@ -208,6 +208,28 @@ def weight_unsupported(files: HostFiles, cgroup_mode: str | None, dev: str) -> s
             f"for it ({files.show(qos)}): a per-device weight needs one of them")
 
 
+# Block devices no weight is meant for: loop devices, RAM disks.
+_VIRTUAL = ("loop", "ram", "zram")
+
+
+def unweighed_disks(files: HostFiles, cgroup_mode: str | None) -> list[str] | None:
+    """When no disk of the machine (`sys/block`) is under a policy that weighs (BFQ, CFQ,
+    or io.cost on v2), each disk with its scheduler ("vda (mq-deadline)"): a cgroup's own
+    weight counts on none of them. None when one is, or when none is known."""
+    out = []
+    for name in files.listdir("sys/block"):
+        dev = (files.read(f"sys/block/{name}/dev") or "").strip()
+        if name.startswith(_VIRTUAL) or not dev:
+            continue
+        if weight_unsupported(files, cgroup_mode, dev) is None:
+            if files.read(f"sys/block/{name}/queue/scheduler") is not None:
+                return None  # this one weighs
+            continue  # no scheduler file: nothing known
+        text = files.read(f"sys/block/{name}/queue/scheduler") or ""
+        out.append(f"{name} ({next((w.strip('[]') for w in text.split() if w.startswith('[')), '?')})")
+    return out or None
+
+
 def _device_weight(dev: str, want: int | None, held: Mapping[str, str | None]) -> list[_Step]:
     """The writes that give `dev` the weight `want` (None: none) in the weight files whose
     current value for it is `held`: a weight one file holds already is in force (the other

@@ -147,6 +147,13 @@ class ClassControl:
             for glob in unmatched:
                 log.warning("%s: blockio.Classes.%s: %s matches no block device under %s", config.source,
                             name, glob, self._files.show("/"))
+            if limits[name].weight is not None and self._mode is not None:
+                disks = blockio.unweighed_disks(self._files, self._mode)
+                if disks is not None:
+                    log.warning("%s: blockio.Classes.%s: the cgroup's Weight %d counts on no disk here: a weight "
+                                "counts only on a disk whose I/O scheduler is bfq%s, and none is (%s); it is written "
+                                "all the same", config.source, name, limits[name].weight,
+                                " or with io.cost enabled" if self._mode == "v2" else "", ", ".join(disks))
             for dev, values in sorted(limits[name].devices.items()):
                 why = blockio.weight_unsupported(self._files, self._mode, dev) if "weight" in values else None
                 if why is not None:

@@ -14,7 +14,9 @@ policy places it by the pod's size (static: a Guaranteed pod of 2 CPUs gives it 
 exclusive CPUs), and a pod resize that changes the remainder resizes it. When several
 have none, how the pod's budget splits among them is not known: none takes a size
 (they run on shared CPUs). For a pod without pod-level resources the remainder is 0
-once its containers are all known, so a container without requests stays as it was.
+once its containers are all known, so a container without requests stays as it was;
+kubelet sends that sum on each container's resize too, before the containers' own
+updates, so a pod resize changes only a container that took a size (`ResourceManager.pod_resized`).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from cri_resmgr.engine.core import (
     UpdateStep,
     write_cpuset,
 )
+from cri_resmgr.engine.cpuclasses import CpuClassControl
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.nodectl import NodeControl
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
@@ -95,9 +96,10 @@ class ResourceManager:
                  lock: asyncio.Lock, options: Options | None = None,
                  note: Callable[[str], None] | None = None,
                  cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None,
-                 node: NodeControl | None = None):
+                 cpu_classes: CpuClassControl | None = None, node: NodeControl | None = None):
         self._policy_name = policy_name
         self._classes = classes
+        self._cpu_classes = cpu_classes
         self._node = node  # scheduling classes and IRQ affinity (engine/nodectl.py)
         self._policy = policy
         self._cache = cache
@@ -121,6 +123,9 @@ class ResourceManager:
         self._cgroups = cgroups
         self._pids: dict[str, int] = {}
         self._resent: dict[str, tuple[Resources, realcpuset.RealCpuset, bool]] = {}  # bool: said it stays
+        # Containers whose cgroup holds the policy's cpuset but whose tasks the kernel keeps on
+        # fewer CPUs (a parent cgroup narrowed: realcpuset.py), by key: said once, in /state.
+        self._narrowed: dict[str, realcpuset.RealCpuset] = {}
 
     # -- what the controller reads ---------------------------------------------------
 
@@ -342,7 +347,12 @@ class ResourceManager:
             return
         done: list[tuple[ContainerRecord, Workload, set[str]]] = []
         async with self._lock:
-            sized = podsize.sizes(resources, self._pod_members(pod_id))
+            # Only a container that took a size from the pod: one that took none is in a pod
+            # whose resources are its containers' sum (kubelet sends that on every container's
+            # resize, before their updates), or one that has none to give it.
+            sized = {key: size for key, size in podsize.sizes(resources, self._pod_members(pod_id)).items()
+                     if (c := self._cache.containers.get(key)) is not None
+                     and (c.workload.cpu_request, c.workload.cpu_limit) != (0, None)}
             try:
                 changed = self._resize_members(sized, done=done)
             except ResizeRefused:
@@ -584,6 +594,11 @@ class ResourceManager:
             batch.add(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
+        if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it
+            try:
+                self._cpu_classes.decided(self._policy, self._cache)
+            except Exception:  # a bug there must not fail the decision made
+                log.exception("writing the CPU classes failed")
         if self._node is not None:  # the controllable IRQs follow the allocations
             try:
                 self._node.irqs(self._policy)
@@ -712,6 +727,8 @@ class ResourceManager:
             del self._pids[cid]
         for key in [key for key in self._resent if (c := self._cache.containers.get(key)) is None or c.id not in live]:
             del self._resent[key]
+        for key in [k for k in self._narrowed if (c := self._cache.containers.get(k)) is None or c.id not in live]:
+            del self._narrowed[key]
         todo: list[tuple[str, int]] = []
         for cid in running:
             c = self._cache.by_id(cid)
@@ -738,6 +755,8 @@ class ResourceManager:
                 target = self._policy.resources(c.key)
                 if target is None or _matches(got, target):
                     self._resent.pop(c.key, None)
+                    if target is not None:
+                        self._judge_enforced(c, got, target)
                     continue
                 seen = self._resent.get(c.key)
                 if seen is not None and seen[:2] == (target, got):
@@ -756,6 +775,23 @@ class ResourceManager:
                 enforcer.submit(cid, linux, c.workload)
                 resent += 1
         return resent
+
+    def _judge_enforced(self, c: ContainerRecord, got: realcpuset.RealCpuset, target: Resources) -> None:
+        """`c`'s cgroup holds the policy's cpuset: whether the kernel enforces it (lock held).
+        Narrowed by an ancestor, sending the cpuset again changes nothing (the kernel keeps a
+        child within its parent): said once per (wanted, enforced) pair, kept for /state."""
+        if got.effective is None or got.enforced == target.cpuset_cpus:
+            if self._narrowed.pop(c.key, None) is not None:
+                log.info("%s (%s) runs on its CPUs %s again", c.workload, c.id[:12], target.cpuset_cpus)
+            return
+        was = self._narrowed.get(c.key)
+        self._narrowed[c.key] = got
+        if was is None or (was.enforced, was.cpus, was.narrowed_by) != (got.enforced, got.cpus, got.narrowed_by):
+            log.warning("%s", _narrowed_line(c, got, target))
+
+    def narrowed(self, key: str) -> realcpuset.RealCpuset | None:
+        """What the kernel enforces of a container whose cpuset a parent cgroup narrows (None: not so)."""
+        return self._narrowed.get(key)
 
     def _adopt(self, record: ContainerRecord) -> set[str]:
         """Places a running container the relay did not know (lock held); returns the keys to sync."""
@@ -837,6 +873,18 @@ def _memory_only(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResource
     """kubelet's update without its CPU fields, for reading a size (engine/resize.py)."""
     out = pb.LinuxContainerResources(memory_limit_in_bytes=linux.memory_limit_in_bytes)
     return out
+
+
+def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resources) -> str:
+    where = got.narrowed_by or "?"
+    if where == "/":  # the root's effective set is the online CPUs
+        return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's "
+                f"{target.cpuset_cpus}: its cgroup holds {got.cpus} but the root cgroup has only {got.enforced} of "
+                "them (CPUs offline)")
+    return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
+            f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
+            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "
+            "it) to put it right")
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:

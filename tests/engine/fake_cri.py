@@ -30,8 +30,9 @@ class FakeCRI:
         # meanwhile); a true result refuses the update with UNAVAILABLE.
         self.update_gate = None
         self.pids: dict[str, int] = {}  # id -> the "pid" a verbose ContainerStatus gives
-        # StreamContainers (KEP-5825): this many containers a message, as containerd's 5000;
-        # `stream_fails`: after that many messages the stream is aborted with UNAVAILABLE.
+        # StreamContainers and StreamPodSandboxes (KEP-5825): this many items a message, as
+        # containerd's 5000; `stream_fails`: after that many messages StreamContainers is
+        # aborted with UNAVAILABLE.
         self.stream_batch = 5000
         self.stream_fails: int | None = None
         # UpdatePodSandboxResources: None answers it (containerd 2.x); a code refuses it with that
@@ -82,6 +83,7 @@ class _Handlers(grpc.GenericRpcHandler):
         }
         self.streams = {
             "StreamContainers": (pb.StreamContainersRequest, self.stream_containers),
+            "StreamPodSandboxes": (pb.StreamPodSandboxesRequest, self.stream_pods),
         }
 
     def service(self, details):
@@ -184,6 +186,11 @@ class _Handlers(grpc.GenericRpcHandler):
             if i == self.f.stream_fails:
                 await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: the runtime lost its listing")
             yield pb.StreamContainersResponse(containers=listed[start:start + batch])
+
+    async def stream_pods(self, req, ctx):
+        listed = list((await self.list_pods(req, ctx)).items)
+        for start in range(0, len(listed), self.f.stream_batch):
+            yield pb.StreamPodSandboxesResponse(pod_sandboxes=listed[start:start + self.f.stream_batch])
 
     async def runtime_config(self, req, ctx):
         return pb.RuntimeConfigResponse(linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.CGROUPFS))

@@ -45,13 +45,18 @@ def _refused_gauge(n) -> dict[tuple[str, ...], float]:
 
 def test_a_weight_class_on_v2_without_bfq(v2_node, caplog):
     n = v2_node(bfq=False)  # no BFQ module: no io.bfq.weight
-    cgroupfs.disk(n.root, "254:0", "mq-deadline")
+    cgroupfs.disk(n.root, "254:0", "mq-deadline", name="vda")
+    cgroupfs.disk(n.root, "7:0", "none", name="loop0")  # not a disk a weight is meant for: not named
     caplog.set_level(logging.WARNING, logger="cri_resmgr")
     caplog.clear()  # the node's first configuration, applied before /dev/vda was there
     n.apply(CONFIG)
-    # Said when the configuration is applied: the kernel will refuse the device's weight.
+    # Said when the configuration is applied: no disk weighs the cgroups' weights, and the
+    # kernel will refuse the device's weight.
     told = [r.getMessage() for r in caplog.records if _ours(r)]
-    assert told == [f"new config: blockio.Classes.w: the Weight of 254:0 will not take: the I/O scheduler of 254:0 "
+    assert told == ["new config: blockio.Classes.w: the cgroup's Weight 400 counts on no disk here: a weight counts "
+                    "only on a disk whose I/O scheduler is bfq or with io.cost enabled, and none is (vda "
+                    "(mq-deadline)); it is written all the same",
+                    f"new config: blockio.Classes.w: the Weight of 254:0 will not take: the I/O scheduler of 254:0 "
                     f"is mq-deadline, not bfq ({n.root}/sys/dev/block/254:0/queue/scheduler), and io.cost is not "
                     f"enabled for it ({n.root}/sys/fs/cgroup/io.cost.qos): a per-device weight needs one of them; "
                     "the class's other rules are written"]
@@ -96,7 +101,7 @@ def test_a_weight_class_on_v2_without_bfq(v2_node, caplog):
 
 def test_a_weight_class_on_v2_with_bfq_is_in_force_without_a_word(v2_node, caplog):
     n = v2_node(bfq=True)
-    cgroupfs.disk(n.root, "254:0", "bfq")
+    cgroupfs.disk(n.root, "254:0", "bfq", name="vda")
     caplog.set_level(logging.WARNING, logger="cri_resmgr")
     caplog.clear()
     n.apply(CONFIG)

@@ -132,6 +132,45 @@ def test_a_runtimes_refusal_and_kubelets_revert_give_the_old_size_back(engine_fa
     assert "revert" not in calls and len(cpus(e, c)) == 4
 
 
+def test_a_container_resize_in_kubelet_136s_sequence_leaves_a_sibling_without_requests_alone(engine_factory):
+    """kubelet sends UpdatePodSandboxResources with the pod's summed resources before its
+    containers' updates on every resize: a container without requests of its own in a pod
+    without pod-level resources takes nothing from that sum."""
+    e = engine_factory(SHAPE, STATIC)
+    res = {"cpu": "1", "memory": MEM}
+    pod = PodSpec(name="p", containers=[ContainerSpec(name="g", requests=res, limits=res), ContainerSpec(name="be")])
+    be, (p,) = started(e, pod)
+    g, side = p.container_ids["g"], p.container_ids["be"]
+    calls = e.kubelet.resize_pod(p, containers={"g": {"requests": {"cpu": "2", "memory": MEM},
+                                                      "limits": {"cpu": "2", "memory": MEM}}})
+    e.flush()
+    assert calls == ["UpdatePodSandboxResources", "pod cgroup", "UpdateContainerResources g",
+                     "UpdateContainerResources be"]
+    cache = e.ctl._resmgr.cache
+    assert (cache.by_id(g).workload.cpu_request, cache.by_id(side).workload.cpu_request) == (2000, 0)
+    assert e.fake.containers[g]["resources"].cpu_shares == 2048  # kubelet's own update went through
+
+
+def test_a_guaranteed_containers_resize_in_kubelet_136s_sequence(engine_factory):
+    e = engine_factory(SHAPE, STATIC)
+    res = {"cpu": "1", "memory": MEM}
+    be, (p,) = started(e, PodSpec(name="g", containers=[ContainerSpec(name="c", requests=res, limits=res)]))
+    c = p.container_ids["c"]
+    assert len(cpus(e, c)) == 1
+    two = {"requests": {"cpu": "2", "memory": MEM}, "limits": {"cpu": "2", "memory": MEM}}
+    assert e.kubelet.resize_pod(p, containers={"c": two}) == [
+        "UpdatePodSandboxResources", "pod cgroup", "UpdateContainerResources c"]
+    e.flush()
+    assert len(cpus(e, c)) == 2 and cpus(e, be) == CPUSet.parse("0-7") - cpus(e, c)
+    with pytest.raises(grpc.RpcError) as err:  # 7: 6 can be exclusive; the container's own update is refused
+        e.kubelet.resize_pod(p, containers={"c": {"requests": {"cpu": "7", "memory": MEM},
+                                                  "limits": {"cpu": "7", "memory": MEM}}})
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    e.flush()
+    assert len(cpus(e, c)) == 2 and len(e.fake.pod_resizes) == 3  # the resize, then kubelet's revert
+    assert p.spec.containers[0].requests["cpu"] == "2"
+
+
 def test_two_containers_without_requests_share_the_pod_and_take_no_size(engine_factory):
     e = engine_factory(SHAPE, STATIC)
     pod = PodSpec(name="p", containers=[ContainerSpec(name="a"), ContainerSpec(name="b")], resources=size("2"))

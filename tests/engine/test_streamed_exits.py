@@ -50,6 +50,7 @@ def test_a_crashed_container_is_released_before_the_listing_returns(engine_facto
         crashed = pods[1].container_ids["c"]
         assert _holds(e, crashed)
         _crash(e, crashed)
+        assert {p.id for p in kubelet.list_pods()} == {p.sandbox_id for p in pods}
         listed = kubelet.list_containers()
         # Released by the time kubelet has its list: the relay held the listing's status for it.
         assert e.ctl.stats().released_on_exit == 1

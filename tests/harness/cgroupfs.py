@@ -200,13 +200,20 @@ def v2_cgroup(root: Path, rel: str, bfq: bool = True, cpus: str = "") -> Path:
     return d
 
 
-def disk(root: Path, dev: str, scheduler: str = "mq-deadline", iocost: bool = False) -> None:
-    """Block device `dev` ("254:0") as sysfs shows it: its queue's schedulers, the active one
-    in brackets; `iocost`: io.cost enabled for it in the v2 root's io.cost.qos."""
-    q = root / "sys/dev/block" / dev / "queue"
-    q.mkdir(parents=True, exist_ok=True)
-    (q / "scheduler").write_text(" ".join(f"[{s}]" if s == scheduler else s
-                                          for s in ("none", "mq-deadline", "kyber", "bfq")) + "\n")
+def disk(root: Path, dev: str, scheduler: str = "mq-deadline", iocost: bool = False, name: str = "") -> None:
+    """Block device `dev` ("254:0") as sysfs shows it: its directory (sys/dev/block/DEV and,
+    when `name`d, sys/block/NAME link to it) with `dev` and its queue's schedulers, the active
+    one in brackets; `iocost`: io.cost enabled for it in the v2 root's io.cost.qos."""
+    known = root / "sys/dev/block" / dev
+    d = known.resolve() if known.exists() else root / "sys/devices/virtual/block" / (name or dev.replace(":", "_"))
+    (d / "queue").mkdir(parents=True, exist_ok=True)
+    (d / "dev").write_text(dev + "\n")
+    (d / "queue/scheduler").write_text(" ".join(f"[{s}]" if s == scheduler else s
+                                                for s in ("none", "mq-deadline", "kyber", "bfq")) + "\n")
+    for link in [root / "sys/dev/block" / dev] + ([root / "sys/block" / name] if name else []):
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(d)
     qos = root / "sys/fs/cgroup/io.cost.qos"
     if iocost and qos.parent.is_dir():
         qos.write_text(qos.read_text() + f"{dev} enable=1 ctrl=auto rpct=0.00 rlat=250000 wpct=0.00 "
