@@ -229,7 +229,8 @@ def test_runtime_config_passes_through_byte_for_byte(tmp_path, transport, observ
     s.fake.runtime_config = pb.RuntimeConfigResponse(
         linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.SYSTEMD))
     try:
-        want = s.fake.runtime_config.SerializeToString()
+        want = pb.RuntimeConfigResponse(
+            linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.SYSTEMD)).SerializeToString()
         assert s.call(V1 + "RuntimeConfig", b"") == want
         s.fake.runtime_config = cgroupfs = pb.RuntimeConfigResponse(
             linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.CGROUPFS))
