@@ -50,8 +50,8 @@ class HostRoot:
             return None
 
     def write(self, rel: str, text: str) -> None:
-        # O_TRUNC as `echo v > file` opens it: the kernel's files take the value whole either
-        # way, and a plain file under a test's -host-root then holds just the last value.
+        # O_TRUNC as the shell's `echo >`: the kernel's files ignore it, and a tree standing in
+        # for them (-host-root in tests) then holds what was written, not its tail too.
         fd = os.open(self._path(rel), os.O_WRONLY | os.O_TRUNC)
         try:
             data = text.encode()

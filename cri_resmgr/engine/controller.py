@@ -543,7 +543,7 @@ class Controller:
     async def close(self) -> None:
         if self._resmgr is not None:
             await self._resmgr.close()
-        self._node.close()  # IRQ affinities and RT budgets back as they were
+        await self._node.close()  # IRQ affinities and RT budgets back as they were
         if self._enforcer is not None:
             await self._enforcer.close()
         if self._dumper is not None:

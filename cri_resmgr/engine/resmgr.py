@@ -877,6 +877,10 @@ def _memory_only(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResource
 
 def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resources) -> str:
     where = got.narrowed_by or "?"
+    if where == "/":  # the root's effective set is the online CPUs
+        return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's "
+                f"{target.cpuset_cpus}: its cgroup holds {got.cpus} but the root cgroup has only {got.enforced} of "
+                "them (CPUs offline)")
     return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
             f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
             "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "
