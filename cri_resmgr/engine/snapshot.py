@@ -17,6 +17,7 @@ from typing import Any
 
 from cri_resmgr.config import Config
 from cri_resmgr.engine.cache import Cache
+from cri_resmgr.engine.cpuclasses import CpuClassStats
 from cri_resmgr.policy.api import Policy
 from cri_resmgr.policy.usage import PoolUsage
 from cri_resmgr.topology import Topology
@@ -126,6 +127,9 @@ class EngineState:
     # Every pool as the policy reports it (kind, parent, members...: balloons, a pool tree).
     pool_usage: tuple[PoolUsage, ...] = ()
     reload: ReloadStats = ReloadStats()
+    # CPU classes (docs/classes.md): each class's CPUs, and the writes the kernel refused by path.
+    cpu_classes: tuple[tuple[str, CPUSet], ...] = ()
+    cpu_class_failures: tuple[tuple[str, str, str], ...] = ()  # (path, value, error)
     blockio_refused: tuple[Refused, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
@@ -137,6 +141,8 @@ class EngineState:
                 "pools": {name: str(cpus) for name, cpus in self.pools},
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
                 "containers": [c.to_document() for c in self.containers],
+                "cpu_classes": {name: str(cpus) for name, cpus in self.cpu_classes},
+                "cpu_class_failures": [{"path": p, "value": v, "error": e} for p, v, e in self.cpu_class_failures],
                 "blockio_refused": [r.to_document() for r in self.blockio_refused]}
 
 
@@ -166,7 +172,8 @@ def summarise(topo: Topology) -> TopologySummary:
 def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology: TopologySummary | None,
          config: Config | None, dry_run: bool,
          classes: Callable[[str], tuple[str | None, str | None]] | None = None,
-         reload: ReloadStats | None = None, blockio_refused: tuple[Refused, ...] = (),
+         reload: ReloadStats | None = None, cpu_classes: CpuClassStats | None = None,
+         blockio_refused: tuple[Refused, ...] = (),
          narrowed: Callable[[str], tuple[CPUSet, str] | None] | None = None) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
     `classes`: a container's (blockio, rdt) classes by its key; `blockio_refused`: the
@@ -195,6 +202,9 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),
                        pool_usage=usage.pools if usage is not None else (), reload=reload or ReloadStats(),
+                       cpu_classes=tuple(cpu_classes.cpus.items()) if cpu_classes is not None else (),
+                       cpu_class_failures=tuple((p, v, e) for p, (v, e) in sorted(cpu_classes.failed.items()))
+                       if cpu_classes is not None else (),
                        blockio_refused=blockio_refused)
 
 

@@ -37,6 +37,9 @@ def render(view: View, colour: bool = False) -> str:
     if view.offline:
         lines.append(f"Offline CPUs: {view.offline}")
     lines.append("Pools: " + (", ".join(f"{name} {cpus}" for name, cpus in view.pools) or "none (policy none)"))
+    if view.cpu_classes:
+        lines.append(view.cpu_classes)
+    lines += view.cpu_class_failures
     if view.pool_table:
         lines.append("")
         lines += _pool_lines(view.pool_table)

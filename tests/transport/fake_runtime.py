@@ -3,6 +3,7 @@
 Tests of the relay against the real containerd live in test_relay_containerd.py;
 this one only answers what a real runtime cannot be made to do on demand:
 trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines,
+replies of a chosen size (`replies`: thousands of containers without creating them),
 and the calls of kubelets newer than the containerd releases here: the six Stream* lists
 (KEP-5825), streamed as `streamed` says, or UNIMPLEMENTED as containerd 1.6-2.1 answer
 them (`streaming = False`), and RuntimeConfig.
@@ -36,6 +37,8 @@ class FakeRuntime:
         self.seen_metadata: dict[str, str] = {}
         self.seen_remaining: float | None = None
         self.requests: dict[str, bytes] = {}
+        # Method name -> the serialized reply it answers with (instead of the echo).
+        self.replies: dict[str, bytes] = {}
         self.unimplemented: set[str] = set()  # paths answered UNIMPLEMENTED, as by a runtime without them
         # The Stream* lists, by method name: the messages each call streams (serialized
         # StreamContainersResponse...), then OK; `stream_fails` after that many messages, the
@@ -85,6 +88,10 @@ class _Handlers(grpc.GenericRpcHandler):
             ctx.set_trailing_metadata((("x-echo-len", str(len(req))),))
             return req
 
+        async def canned(req: bytes, ctx):
+            f.requests[name] = req
+            return f.replies[name.rpartition("/")[2]]
+
         async def not_found(req: bytes, ctx):
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container \"abc\" not found",
                             (("x-reason", "gone"),))
@@ -123,6 +130,8 @@ class _Handlers(grpc.GenericRpcHandler):
             f.requests[name] = req
             return f.runtime_config.SerializeToString()
 
+        if name.rpartition("/")[2] in f.replies:
+            return grpc.unary_unary_rpc_method_handler(canned)
         if name in STREAMS:
             return grpc.unary_stream_rpc_method_handler(streamed) if f.streaming else None
         if name == V1 + "RuntimeConfig":  # None: UNIMPLEMENTED, as containerd 1.6 and 1.7
