@@ -39,8 +39,7 @@ class NodeAgent:
 
         self.readiness = Readiness()
         self.relay = RelayConfigClient(o.config_socket, timeout=o.request_timeout_seconds)
-        self.reporter = ClusterReporter(core, o.node_name, o.config_namespace, backoff(), self._stop,
-                                        o.request_timeout_seconds)
+        self.reporter = ClusterReporter(core, o.node_name, backoff(), self._stop, o.request_timeout_seconds)
         self.pusher = ConfigPusher(self.relay, o.node_name, o.config_namespace, backoff(), self._stop,
                                    on_outcome=self._outcome, on_undelivered=self._undelivered)
         self.view = ClusterView(ConfigMapNames(o.configmap_name), o.node_name, o.label_name, self._selected)

@@ -30,6 +30,7 @@ from cri_resmgr.engine import adopt
 from cri_resmgr.engine.cache import Cache, ContainerRecord
 from cri_resmgr.engine.core import Bystander, StartStep
 from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
+from cri_resmgr.engine.snapshot import Refused
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,14 @@ LOCATE_TIMEOUT = 2.0
 @dataclass(frozen=True)
 class ClassStats:
     """Counters for metrics: containers given a class (by kind and class, counted when a
-    container gets it), annotations naming an unknown class, failed enforcements by kind."""
+    container gets it), annotations naming an unknown class, failed enforcements by kind
+    (a refused block I/O line once per container, not per retry); and the block I/O lines
+    the kernel refuses now (status, a gauge)."""
 
     assignments: Mapping[tuple[str, str], int] = field(default_factory=dict)
     unknown: int = 0
     failures: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    refused: tuple[Refused, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,12 @@ class ClassControl:
         self._assignments: dict[tuple[str, str], int] = {}
         self._unknown = 0
         self._failures = {k: 0 for k in KINDS}
+        # The block I/O lines the kernel refuses, by container id: (file, line) -> (class,
+        # the container's name, the refusal). Written again each reconcile (a disk's scheduler
+        # may become BFQ), said once per class, file, line and reason while a configuration
+        # is in force (`_refusals_said`).
+        self._refused: dict[str, dict[tuple[str, str], tuple[str, str, blockio.Refusal]]] = {}
+        self._refusals_said: set[tuple[str, str, str, str]] = set()
         self._stats = ClassStats()
 
     # -- what others read ------------------------------------------------------------
@@ -92,7 +102,18 @@ class ClassControl:
 
     def _counted(self) -> None:
         self._stats = ClassStats(assignments=dict(self._assignments), unknown=self._unknown,
-                                 failures=dict(self._failures))
+                                 failures=dict(self._failures), refused=self._refused_now())
+
+    def _refused_now(self) -> tuple[Refused, ...]:
+        """The refused lines, one per class, file, line and reason, with how many containers."""
+        seen: dict[tuple[str, str, str, str], Refused] = {}
+        for held in self._refused.values():
+            for cls, who, r in held.values():
+                key = (cls, r.name, r.line, r.reason)
+                was = seen.get(key)
+                seen[key] = Refused(cls, r.name, r.line, r.reason, 1, who, r.path) if was is None else \
+                    Refused(cls, r.name, r.line, r.reason, was.containers + 1, was.example, was.path)
+        return tuple(seen[k] for k in sorted(seen))
 
     def of(self, key: str) -> tuple[str | None, str | None]:
         """The (blockio, rdt) classes given to a container, by its key (for /state)."""
@@ -126,6 +147,18 @@ class ClassControl:
             for glob in unmatched:
                 log.warning("%s: blockio.Classes.%s: %s matches no block device under %s", config.source,
                             name, glob, self._files.show("/"))
+            if limits[name].weight is not None and self._mode is not None:
+                disks = blockio.unweighed_disks(self._files, self._mode)
+                if disks is not None:
+                    log.warning("%s: blockio.Classes.%s: the cgroup's Weight %d counts on no disk here: a weight "
+                                "counts only on a disk whose I/O scheduler is bfq%s, and none is (%s); it is written "
+                                "all the same", config.source, name, limits[name].weight,
+                                " or with io.cost enabled" if self._mode == "v2" else "", ", ".join(disks))
+            for dev, values in sorted(limits[name].devices.items()):
+                why = blockio.weight_unsupported(self._files, self._mode, dev) if "weight" in values else None
+                if why is not None:
+                    log.warning("%s: blockio.Classes.%s: the Weight of %s will not take: %s; the class's other "
+                                "rules are written", config.source, name, dev, why)
         if config.blockio.classes and self._mode is None:
             self._warn_once("blockio", "block I/O classes are chosen but not enforced: no blkio (cgroup v1) "
                             f"or io (cgroup v2) controller under {self._files.show(cgroups.CGROUP_ROOT)}")
@@ -148,6 +181,7 @@ class ClassControl:
     def switch(self, prepared: Prepared) -> None:
         """Puts the prepared groups in place (resctrl); containers follow with `sync`."""
         self._prepared = prepared
+        self._refusals_said.clear()  # a new configuration says again what the kernel refuses of it
         plan = prepared.rdt
         if plan is None and not self._rdt.groups():
             return
@@ -204,6 +238,8 @@ class ClassControl:
 
     def _forget(self, container_id: str) -> None:
         self._where.pop(container_id, None)
+        if self._refused.pop(container_id, None):
+            self._counted()
         self._blockio_touched.discard(container_id)
         self._rdt_touched.discard(container_id)
         self._seen.discard(container_id)
@@ -270,18 +306,39 @@ class ClassControl:
         if missing:
             self._warn_once("blkio-files", f"block I/O: the container cgroups here have no {', '.join(missing)} "
                             f"(first seen in {self._files.show(d)}): rules that need them fail")
-        try:
-            self._blkio.write(d, p.blockio.get(name, blockio.NONE) if name else blockio.NONE, str(c.workload))
-        except OSError as e:
-            self._failures["blockio"] += 1
-            self._counted()
-            log.error("%s: writing block I/O class %s into %s failed: %s", c.workload, name or "(none)",
-                      self._files.show(d), e)
-            return
-        if name is None:
-            self._blockio_touched.discard(c.id)
-        else:
+        written = self._blkio.write(d, p.blockio.get(name, blockio.NONE) if name else blockio.NONE, str(c.workload))
+        if written.refused and not self._files.exists(d):
+            written = blockio.Written(written.done)  # the container went meanwhile, its cgroup with it
+        self._refusals(c, name or "(none)", written.refused)
+        if name is not None:
             self._blockio_touched.add(c.id)
+        elif not written.refused:  # else touched still: what is left to clear is tried again
+            self._blockio_touched.discard(c.id)
+
+    def _refusals(self, c: ContainerRecord, cls: str, refused: tuple[blockio.Refusal, ...]) -> None:
+        """Keeps what the kernel refused of `c`'s class; counts a refusal new to the container,
+        says one new to the class (file, line, reason) with the reason, once."""
+        before = self._refused.get(c.id, {})
+        now = {(r.name, r.line): (cls, str(c.workload), r) for r in refused}
+        if now == before:
+            return
+        fresh = [r for k, (_, _, r) in now.items() if k not in before or before[k][2].reason != r.reason]
+        self._failures["blockio"] += len(fresh)
+        if now:
+            self._refused[c.id] = now
+        else:
+            self._refused.pop(c.id, None)
+        self._counted()
+        untold = [r for r in fresh if (cls, r.name, r.line, r.reason) not in self._refusals_said]
+        if not untold:
+            return
+        self._refusals_said.update((cls, r.name, r.line, r.reason) for r in untold)
+        why = {blockio.weight_unsupported(self._files, self._mode, r.line.split()[0]) for r in untold
+               if r.reason.startswith("EOPNOTSUPP")}
+        hints = sorted(w for w in why if w is not None)
+        log.warning("%s: block I/O class %s: the kernel refused %s%s; the class's other lines are written. Said "
+                    "once per class, file and line; `cri-resmgr status` shows what is refused now",
+                    c.workload, cls, "; ".join(str(r) for r in untold), f" ({'; '.join(hints)})" if hints else "")
 
     def _enforce_rdt(self, c: ContainerRecord, where: cgroups.Where, name: str | None, p: Prepared) -> None:
         plan = p.rdt

@@ -24,12 +24,15 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import HistogramSnapshot
 from cri_resmgr.classes.hostfs import DryRun, HostFiles, HostRoot
+from cri_resmgr.classes.sched import DryRunScheduler, Syscalls
 from cri_resmgr.config import Config, ConfigError, DumpConfig, EngineSettings, parse_document, parse_modules, sources
 from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
+from cri_resmgr.engine.cpuclasses import CpuClassControl, CpuClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
+from cri_resmgr.engine.nodectl import NodeControl, NodeStats
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
@@ -37,6 +40,7 @@ from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
 from cri_resmgr.topology import Topology, discover
+from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
@@ -96,10 +100,12 @@ class EngineStats:
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
     classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
+    cpu_classes: CpuClassStats = CpuClassStats()  # each CPU class's CPUs, the writes refused
     updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
     resizes: int = 0  # in-place resizes the policy re-decided
     resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
     reload: snapshot.ReloadStats = snapshot.ReloadStats()  # the last configuration tried, and the last success
+    node: NodeStats = NodeStats()  # scheduling classes and IRQ affinity given and failed
 
 
 
@@ -161,6 +167,12 @@ class Controller:
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
         self._classes_only: ClassesOnly | None = None  # the none policy's StartContainer, when there are classes
+        # CPU classes: frequencies, governors, C-states of the CPUs by who holds them (engine/cpuclasses.py).
+        self._cpu_classes = CpuClassControl(DryRun(files) if settings.dry_run else files, note=self._note)
+        # Scheduling classes and IRQ affinity for the policy in force (engine/nodectl.py).
+        self._node = NodeControl(DryRun(files) if settings.dry_run else files,
+                                 DryRunScheduler(Syscalls()) if settings.dry_run else Syscalls(), runtime,
+                                 lambda: self.topology().online, note=self._note)
 
     # -- what the front end reads ----------------------------------------------------
 
@@ -185,7 +197,9 @@ class Controller:
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
                            updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
-                           resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload)
+                           cpu_classes=self._cpu_classes.stats(),
+                           resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload,
+                           node=self._node.stats())
 
     def usage(self) -> NodeUsage | None:
         """The pools, free exclusive-capable CPUs per NUMA node and exclusive CPUs per
@@ -207,7 +221,14 @@ class Controller:
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              cache, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
-                             reload=self._reload)
+                             reload=self._reload, cpu_classes=self._cpu_classes.stats(),
+                             blockio_refused=self._classes.stats().refused,
+                             narrowed=self._narrowed if resmgr is not None else None)
+
+    def _narrowed(self, key: str) -> tuple[CPUSet, str] | None:
+        """What the kernel enforces of a container's cpuset a parent cgroup narrows (the reconcile's finding)."""
+        got = self._resmgr.narrowed(key) if self._resmgr is not None else None
+        return (got.enforced, got.narrowed_by or "?") if got is not None else None
 
     async def current_state(self) -> snapshot.EngineState:
         """`state()`, and under the none policy (no cache) the runtime's running containers
@@ -284,6 +305,7 @@ class Controller:
                                    adopted=r.adopted + counts["adopted"], resent=r.resent + counts["resent"])
         # Classes: containers started behind the relay's back, new threads, lost rules.
         await self._classes.sync(resmgr.cache)
+        await self._node.sync(resmgr.cache, resmgr.policy)
         return counts
 
     # -- sources ----------------------------------------------------------------------
@@ -354,6 +376,9 @@ class Controller:
         # Off the event loop: checking a configuration never holds up the calls being
         # relayed (and every count in it is bounded by the node, so the check is short).
         policy = await asyncio.to_thread(self._checked_policy, info, config, key != self._policy_key)
+        # CPU classes a kernel would refuse are refused here (the policy parsed them).
+        cpu_classes = self._cpu_classes.prepare(policy if key != self._policy_key else self.active_policy(),
+                                                self.topology, config.source)
         new_dumper = self._build_dumper(config)
         if key != self._policy_key:
             try:
@@ -368,10 +393,14 @@ class Controller:
             self._set_debug(config.logger.debug)
         self._config = config
         self._classes.switch(classes)
+        self._cpu_classes.switch(cpu_classes)
+        self._cpu_classes.decided(self.active_policy(), self._resmgr.cache if self._resmgr is not None else None)
         if self._resmgr is not None:
             self._classes_only = None
             await self._classes.sync(self._resmgr.cache)
+            await self._node.sync(self._resmgr.cache, self._resmgr.policy)
         else:
+            self._node.irqs(None)  # no policy: the IRQs get back what they had
             await self._classes_without_policy(config)
         log.info("configuration from %s in force: policy %s", config.source, self._policy_name)
 
@@ -444,7 +473,8 @@ class Controller:
             options = Options(dry_run=self._settings.dry_run, fail_closed=config.policy.fail_closed,
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
-                                     note=self._note, cgroups=self._cgroups, classes=self._classes)
+                                     note=self._note, cgroups=self._cgroups, classes=self._classes,
+                                     cpu_classes=self._cpu_classes, node=self._node)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:
@@ -513,6 +543,7 @@ class Controller:
     async def close(self) -> None:
         if self._resmgr is not None:
             await self._resmgr.close()
+        self._node.close()  # IRQ affinities and RT budgets back as they were
         if self._enforcer is not None:
             await self._enforcer.close()
         if self._dumper is not None:

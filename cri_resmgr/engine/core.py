@@ -29,9 +29,11 @@ CreateStep = Callable[[Resources | None], Awaitable[str]]
 StartStep = Callable[[], Awaitable[None]]
 # The runtime's part of an update, given the resources the policy keeps (None: none to keep).
 UpdateStep = Callable[[Resources | None], Awaitable[None]]
+# The runtime's part of a pod's resize (kubelet's UpdatePodSandboxResources, NRI's UpdatePodSandbox).
+PodResizeStep = Callable[[], Awaitable[None]]
 
 # The events a core may take, by their CRI method names (NRI's events bear the same).
-POD_EVENTS = frozenset({"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"})
+POD_EVENTS = frozenset({"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "UpdatePodSandboxResources"})
 CONTAINER_EVENTS = frozenset({"CreateContainer", "StartContainer", "StopContainer", "RemoveContainer",
                               "UpdateContainerResources"})
 # Not an event of its own: that the core wants to hear of containers seen exited
@@ -91,6 +93,12 @@ class Core(Protocol):
 
     async def pod_removed(self, pod_id: str) -> None: ...
 
+    async def pod_resized(self, pod_id: str, resources: Requirements | None, send: PodResizeStep) -> None:
+        """kubelet's resize of a pod (its new pod-level resources): the container that
+        takes its size from the pod (engine/podsize.py) is re-decided first, then the
+        runtime is told (`send`), then the containers whose CPUs changed are updated.
+        Raises `ResizeRefused` (nothing moved, `send` not called) or `PolicyFailed`."""
+
     async def create(self, spec: ContainerSpec, create: CreateStep) -> Resources | None:
         """Decides on a new container, has the runtime create it (`create`), and returns
         the resources it was created with (None: the policy sets none). Raises
@@ -112,6 +120,11 @@ class Core(Protocol):
 
     def on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         """Containers seen exited: what to wait for while they are released (None: nothing)."""
+
+    def holding(self, ids: list[str]) -> list[str]:
+        """Of these containers, those that still hold what the policy gave them: what
+        `on_exit` would release. No side effect; a streamed listing keeps only these
+        until it is complete."""
 
 
 def write_cpuset(linux: pb.LinuxContainerResources, r: Resources) -> None:
@@ -138,6 +151,9 @@ class Bystander:
     async def pod_removed(self, pod_id: str) -> None:
         return None
 
+    async def pod_resized(self, pod_id: str, resources: Requirements | None, send: PodResizeStep) -> None:
+        await send()
+
     async def create(self, spec: ContainerSpec, create: CreateStep) -> Resources | None:
         await create(None)
         return None
@@ -158,3 +174,6 @@ class Bystander:
 
     def on_exit(self, ids: list[str]) -> Awaitable[None] | None:
         return None
+
+    def holding(self, ids: list[str]) -> list[str]:
+        return []

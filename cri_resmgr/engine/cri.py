@@ -29,6 +29,7 @@ from cri_resmgr.transport.contract import (
     Keep,
     ReplyObserver,
     Request,
+    StreamObserver,
     Transport,
 )
 
@@ -40,10 +41,11 @@ def interceptors(core: Core | None) -> InterceptionTable:
     if core is None:
         return {}
     events = core.events
-    table: dict[str, Interceptor | ReplyObserver] = {
+    table: dict[str, Interceptor | ReplyObserver | StreamObserver] = {
         name: make(core) for name, make in _ADAPTERS.items() if name in events}
     if EXITS in events:
-        table.update(exits.interceptors(core.on_exit))  # ListContainers, ContainerStatus
+        # ListContainers, StreamContainers, ContainerStatus
+        table.update(exits.interceptors(core.on_exit, core.holding))
     return table
 
 
@@ -109,6 +111,39 @@ def _remove_pod(core: Core) -> Interceptor:
         await core.pod_removed(m.pod_sandbox_id)
         return reply
     return remove_pod
+
+
+def _resize_pod(core: Core) -> Interceptor:
+    """kubelet's UpdatePodSandboxResources (1.33+; 1.36 waits for it and fails the pod's
+    resize on any error but UNIMPLEMENTED): the core decides, then the call goes on. A
+    runtime without the call (containerd 1.6, 1.7) answers UNIMPLEMENTED, which kubelet
+    takes as done: it goes on to update the pod's cgroup and its containers, so the
+    decision stands (the core is told the runtime's step went through) and kubelet gets
+    the runtime's UNIMPLEMENTED unchanged."""
+    async def resize_pod(req: Request) -> pb.UpdatePodSandboxResourcesResponse:
+        m = messages.request(req, pb.UpdatePodSandboxResourcesRequest)
+        replies: list[pb.UpdatePodSandboxResourcesResponse] = []
+        unimplemented: list[grpc.aio.AioRpcError] = []
+
+        async def send() -> None:
+            try:
+                replies.append(await messages.forward(req, m, pb.UpdatePodSandboxResourcesResponse))
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                unimplemented.append(e)
+
+        r = m.resources
+        resources = classify.pod_requirements(r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) \
+            if m.HasField("resources") else None
+        try:
+            await core.pod_resized(m.pod_sandbox_id, resources, send)
+        except (PolicyFailed, ResizeRefused) as e:
+            raise _refused(e) from None
+        if unimplemented:
+            raise unimplemented[0]
+        return replies[-1]
+    return resize_pod
 
 
 # -- containers ------------------------------------------------------------------------------
@@ -195,6 +230,7 @@ _ADAPTERS: dict[str, Callable[[Core], Interceptor]] = {
     "RunPodSandbox": _run_pod,
     "StopPodSandbox": _stop_pod,
     "RemovePodSandbox": _remove_pod,
+    "UpdatePodSandboxResources": _resize_pod,
     "CreateContainer": _create,
     "StartContainer": _start,
     "StopContainer": _stop,

@@ -1,4 +1,5 @@
-"""Crash detection: the containers a ListContainers or ContainerStatus reply shows exited.
+"""Crash detection: the containers a ListContainers, StreamContainers or ContainerStatus
+reply shows exited.
 
 kubelet makes these calls all the time (PLEG relists every second, a status
 poll per container), so with a policy active every one of them is read, and
@@ -13,6 +14,17 @@ compatible with runtime.v1 (and v1alpha2): the field numbers are the real ones.
 The transport passes these calls through unread and hands the reply's bytes to
 `ReplyObserver.scan` (cri_resmgr/transport/contract.py); the call's status waits
 only when a container the policy holds CPUs for has exited.
+
+kubelet 1.36 with the CRIListStreaming gate (KEP-5825) lists with StreamContainers
+instead: the same containers, in batches (containerd sends 5000 a message), each
+message a StreamContainersResponse whose `containers` has ListContainersResponse's
+field number, so each is read as a ListContainers reply is. The transport hands the
+messages one by one to a `StreamObserver`'s reading as they pass; of each, only the
+exited containers the policy still holds CPUs for are kept (`Core.holding`), so what
+a reading keeps is bounded by the cache, not by the stream. They are released only
+when the stream has ended with OK: kubelet drops a stream that fails or is cancelled
+midway and lists again, and so does crash detection (the next listing, or the
+periodic reconcile, finds them).
 """
 
 from __future__ import annotations
@@ -24,13 +36,15 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
-from cri_resmgr.transport.contract import ReplyObserver
+from cri_resmgr.transport.contract import ReplyObserver, StreamObserver
 
 EXITED = pb.ContainerState.CONTAINER_EXITED
 
 # What to do about containers seen exited: None when nothing (the call goes on at once),
 # else what the call's status waits for.
 OnExit = Callable[[list[str]], Awaitable[None] | None]
+# Of the containers seen exited, those worth keeping until a stream ends (Core.holding).
+Holding = Callable[[list[str]], list[str]]
 
 _PACKAGE = "cri_resmgr.exits"
 _STRING, _ENUM_AS_INT, _MESSAGE = 9, 5, 11
@@ -108,7 +122,27 @@ def _observer(find: Callable[[bytes | memoryview], list[str]], on_exit: OnExit) 
     return ReplyObserver(scan)
 
 
-def interceptors(on_exit: OnExit) -> dict[str, ReplyObserver]:
+class _StreamedExits:
+    """One StreamContainers reply, read message by message (a contract.StreamReading)."""
+
+    __slots__ = ("_on_exit", "_holding", "_held")
+
+    def __init__(self, on_exit: OnExit, holding: Holding):
+        self._on_exit = on_exit
+        self._holding = holding
+        self._held: dict[str, None] = {}  # in the order seen, once each
+
+    def message(self, data: bytes | memoryview) -> None:
+        exited = exited_in_list(data)
+        if exited:
+            self._held.update(dict.fromkeys(self._holding(exited)))
+
+    def complete(self) -> Awaitable[None] | None:
+        return self._on_exit(list(self._held)) if self._held else None
+
+
+def interceptors(on_exit: OnExit, holding: Holding) -> dict[str, ReplyObserver | StreamObserver]:
     """The interception-table entries that watch for exited containers."""
     return {"ListContainers": _observer(exited_in_list, on_exit),
+            "StreamContainers": StreamObserver(lambda: _StreamedExits(on_exit, holding)),
             "ContainerStatus": _observer(exited_in_status, on_exit)}

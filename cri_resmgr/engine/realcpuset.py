@@ -11,6 +11,13 @@ ContainerStatus' info), its cpuset cgroup from
 cpuset hierarchy, else the unified one). A cgroup path that does not name the
 container (a reused pid, a pid of another PID namespace) is not trusted; anything
 unreadable is "unknown" (None), never a difference.
+
+cpuset.cpus is what was asked for; what the kernel enforces is the effective set
+(v2: cpuset.cpus.effective, v1: cpuset.effective_cpus): the asked-for set within the
+parent's effective set. A parent cgroup narrowed by hand (a pod's, which the relay does
+not own) leaves the container's cpuset.cpus as the policy wrote it and its tasks on the
+narrower set; so the effective set is read too, and the ancestor that narrows it is named
+(the highest whose effective set does not hold the container's cpuset.cpus).
 """
 
 from __future__ import annotations
@@ -29,8 +36,15 @@ _MAX_READ = 64 * 1024
 
 @dataclass(frozen=True)
 class RealCpuset:
-    cpus: CPUSet
+    cpus: CPUSet  # cpuset.cpus: what was asked for
     mems: CPUSet | None  # None: not readable
+    effective: CPUSet | None = None  # what the kernel enforces; None: not readable
+    narrowed_by: str | None = None  # the cgroup (path in the hierarchy) whose effective set narrows it
+
+    @property
+    def enforced(self) -> CPUSet:
+        """The CPUs the container's tasks may run on."""
+        return self.effective if self.effective is not None else self.cpus
 
 
 class CgroupReader:
@@ -78,7 +92,12 @@ class CgroupReader:
             mems: CPUSet | None = CPUSet.parse(_read(directory / "cpuset.mems")) or None
         except (OSError, ValueError):
             mems = None
-        return RealCpuset(real_cpus, mems)
+        effective_name = "cpuset.effective_cpus" if mount is v1 else "cpuset.cpus.effective"
+        effective = _cpus(directory / effective_name)
+        narrowed_by = None
+        if effective is not None and effective != real_cpus:
+            narrowed_by = _narrowing(mount, path, real_cpus, effective_name)
+        return RealCpuset(real_cpus, mems, effective, narrowed_by)
 
     def mounts(self) -> tuple[_Mount | None, _Mount | None]:
         if self._mounts is None:
@@ -123,6 +142,30 @@ def _cgroup_mounts(mountinfo: str) -> tuple[_Mount | None, _Mount | None]:
         elif fstype == "cgroup2" and v2 is None:
             v2 = mount
     return v1, v2
+
+
+def _narrowing(mount: _Mount, path: str, cpus: CPUSet, effective_name: str) -> str:
+    """The highest ancestor of cgroup `path` whose effective set does not hold `cpus`
+    (there the narrowing is), or `path` itself (offline CPUs, the container's own)."""
+    found = path
+    parts = path.rstrip("/").split("/")
+    for n in range(len(parts) - 1, 0, -1):
+        above = "/".join(parts[:n]) or "/"
+        directory = mount.directory(above)
+        if directory is None:
+            break  # above what this mount shows
+        got = _cpus(directory / effective_name)
+        if got is not None and not cpus <= got:
+            found = above
+    return found
+
+
+def _cpus(path: Path) -> CPUSet | None:
+    try:
+        text = _read(path).strip()
+        return CPUSet.parse(text) if text else None
+    except (OSError, ValueError):
+        return None
 
 
 def _unescape(field: str) -> str:

@@ -25,7 +25,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, realcpuset, resize, timers
+from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resize, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.core import (
@@ -34,13 +34,16 @@ from cri_resmgr.engine.core import (
     POD_EVENTS,
     ContainerSpec,
     CreateStep,
+    PodResizeStep,
     PolicyFailed,
     ResizeRefused,
     StartStep,
     UpdateStep,
     write_cpuset,
 )
+from cri_resmgr.engine.cpuclasses import CpuClassControl
 from cri_resmgr.engine.enforce import Enforcer
+from cri_resmgr.engine.nodectl import NodeControl
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.saves import Saves
 from cri_resmgr.policy import resize as policy_resize
@@ -92,9 +95,12 @@ class ResourceManager:
     def __init__(self, policy_name: str, policy: Policy, cache: Cache, enforcer: Enforcer | None,
                  lock: asyncio.Lock, options: Options | None = None,
                  note: Callable[[str], None] | None = None,
-                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None):
+                 cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None,
+                 cpu_classes: CpuClassControl | None = None, node: NodeControl | None = None):
         self._policy_name = policy_name
         self._classes = classes
+        self._cpu_classes = cpu_classes
+        self._node = node  # scheduling classes and IRQ affinity (engine/nodectl.py)
         self._policy = policy
         self._cache = cache
         self._enforcer = enforcer
@@ -117,6 +123,9 @@ class ResourceManager:
         self._cgroups = cgroups
         self._pids: dict[str, int] = {}
         self._resent: dict[str, tuple[Resources, realcpuset.RealCpuset, bool]] = {}  # bool: said it stays
+        # Containers whose cgroup holds the policy's cpuset but whose tasks the kernel keeps on
+        # fewer CPUs (a parent cgroup narrowed: realcpuset.py), by key: said once, in /state.
+        self._narrowed: dict[str, realcpuset.RealCpuset] = {}
 
     # -- what the controller reads ---------------------------------------------------
 
@@ -195,9 +204,14 @@ class ResourceManager:
             if old is not None:  # a retried create whose earlier attempt we never saw end
                 changed |= self._release(old)
                 self._cache.remove_container(key)
+            size: tuple[int, int | None] | None = None
+            if spec.pod_resources is not None:  # it, or a sibling, may take its size from the pod
+                size, others = self._pod_sizes(spec, w)
+                changed |= others
+                w = _sized(w, size)
             try:
                 decision: Decision | None
-                decision, w = self._allocate(w, lambda: self._workload(key, pod, spec, plain=True))
+                decision, w = self._allocate(w, lambda: _sized(self._workload(key, pod, spec, plain=True), size))
             except Exception as e:
                 self._sync(changed, f"the policy's failure on {w}")
                 self._policy_failed(str(w), e)  # raises under FailClosed
@@ -279,6 +293,84 @@ class ResourceManager:
             reserved_namespaces=self._options.reserved_namespaces,
             pod_resources=spec.pod_resources)
 
+    def _pod_members(self, pod_id: str, skip: str = "") -> list[podsize.Member]:
+        return [podsize.Member(c.key, podsize.own_cpu(podsize.recorded_shares(c.resources)), c.workload.cpu_request,
+                               c.workload.cpu_limit)
+                for c in self._cache.of_pod(pod_id) if not c.released and c.key != skip]
+
+    def _pod_sizes(self, spec: ContainerSpec, w: Workload) -> tuple[tuple[int, int | None] | None, set[str]]:
+        """What a new container takes from its pod (None: it has a request of its own),
+        and the keys to sync of its siblings resized because it came (lock held): a second
+        container without a request of its own makes the first give up the pod's size,
+        one with a request makes the remainder smaller (engine/podsize.py)."""
+        assert spec.pod_resources is not None
+        own = podsize.own_cpu(spec.resources.cpu_shares)
+        members = [*self._pod_members(spec.pod.id, skip=w.key),
+                   podsize.Member(w.key, own, w.cpu_request, w.cpu_limit)]
+        sized = podsize.sizes(spec.pod_resources, members)
+        try:
+            changed = self._resize_members(sized, skip=w.key)
+        except (ResizeRefused, PolicyFailed) as e:  # a shrink, which fits; said, not raised: the create goes on
+            log.warning("%s: its pod's other containers keep their sizes: %s", w, e.message)
+            changed = set()
+        return sized.get(w.key), changed
+
+    def _resize_members(self, sized: Mapping[str, tuple[int, int | None]], skip: str = "",
+                        done: list[tuple[ContainerRecord, Workload, set[str]]] | None = None) -> set[str]:
+        """Resizes the containers whose share of their pod changed, through the path of a
+        container's resize (lock held); returns the keys to sync. `done`: each resized
+        container, its old workload and the others it moved, for a caller to undo."""
+        changed: set[str] = set()
+        for key, (request, limit) in sized.items():
+            c = self._cache.containers.get(key)
+            if key == skip or c is None or (c.workload.cpu_request, c.workload.cpu_limit) == (request, limit):
+                continue
+            change = resize.Resize(dataclasses.replace(c.workload, cpu_request=request, cpu_limit=limit), True)
+            decided = self._resized(c, change) if self._policy.resources(key) is not None else set()
+            if decided is None:  # the policy failed (fail-open): it keeps its placement and size
+                continue
+            if done is not None:
+                done.append((c, c.workload, decided))
+            c.workload = change.workload
+            changed |= decided | {key}
+        return changed
+
+    async def pod_resized(self, pod_id: str, resources: classify.Requirements | None, send: PodResizeStep) -> None:
+        """kubelet's resize of a pod: the container that takes the pod's size is resized
+        to the new remainder before the runtime hears of it (a size that cannot be met
+        raises `ResizeRefused`, nothing moved, the runtime not called); once the runtime
+        took it, the resized container and the others it moved are updated. Should the
+        runtime refuse, each gets its old size back, as after a refused container resize."""
+        pod = self._cache.pods.get(pod_id)
+        if resources is None or pod is None:
+            await send()
+            return
+        done: list[tuple[ContainerRecord, Workload, set[str]]] = []
+        async with self._lock:
+            # Only a container that took a size from the pod: one that took none is in a pod
+            # whose resources are its containers' sum (kubelet sends that on every container's
+            # resize, before their updates), or one that has none to give it.
+            sized = {key: size for key, size in podsize.sizes(resources, self._pod_members(pod_id)).items()
+                     if (c := self._cache.containers.get(key)) is not None
+                     and (c.workload.cpu_request, c.workload.cpu_limit) != (0, None)}
+            try:
+                changed = self._resize_members(sized, done=done)
+            except ResizeRefused:
+                for c, old, _ in reversed(done):  # a refusal of a later one: the earlier ones go back
+                    policy_resize.resize(self._policy, old, self._placed_now)
+                    c.workload = old
+                raise
+        try:
+            await send()
+        except BaseException:
+            for c, old, others in done:
+                await self._resize_back(c, old, c.resources, True, others)
+            raise
+        if done:
+            async with self._lock:
+                self._sync(changed, f"resizing pod {pod.namespace}/{pod.name}")
+                self._saves.mark()
+
     async def start(self, container_id: str, start: StartStep) -> None:
         """The start is bracketed for the enforcer: an update of this container on
         the wire meanwhile may reach only its spec, and is sent again after (enforce.py)."""
@@ -298,6 +390,11 @@ class ResourceManager:
                     await self._classes.started(c)
                 except Exception:  # a bug there must not fail the container's start
                     log.exception("%s: enforcing its block I/O and RDT classes failed", c.workload)
+            if self._node is not None:  # its scheduling class, on its threads
+                try:
+                    await self._node.started(c, self._policy)
+                except Exception:  # a bug there must not fail the container's start
+                    log.exception("%s: enforcing its scheduling class failed", c.workload)
 
     async def stopped(self, container_id: str) -> None:
         await self._released_by_id(container_id, drop=False)
@@ -317,7 +414,7 @@ class ResourceManager:
         if c is None or c.released or linux is None:
             await send(None)
             return None
-        change = resize.read(c.workload, linux)
+        change = resize.read(c.workload, _memory_only(linux) if _pod_sized(c, linux) else linux)
         changed: set[str] = set()
         old = c.workload
         if change is not None:
@@ -425,6 +522,10 @@ class ResourceManager:
             return self._released_on_exit(ids)
         return None
 
+    def holding(self, ids: list[str]) -> list[str]:
+        """See Core.holding."""
+        return [i for i in ids if (c := self._cache.by_id(i)) is not None and not c.released]
+
     # -- helpers ------------------------------------------------------------------
 
     async def _released_on_exit(self, ids: list[str]) -> None:
@@ -460,6 +561,8 @@ class ResourceManager:
         if c.released:
             return set()
         c.released = True
+        if self._node is not None and c.id:
+            self._node.forget(c.id)  # its RT budget, if it had one
         self._applied.pop(c.key, None)
         self._linux.pop(c.key, None)
         had = self._policy.resources(c.key)
@@ -491,6 +594,16 @@ class ResourceManager:
             batch.add(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
+        if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it
+            try:
+                self._cpu_classes.decided(self._policy, self._cache)
+            except Exception:  # a bug there must not fail the decision made
+                log.exception("writing the CPU classes failed")
+        if self._node is not None:  # the controllable IRQs follow the allocations
+            try:
+                self._node.irqs(self._policy)
+            except Exception:  # a bug there must not fail the decision made
+                log.exception("setting the controllable IRQs' affinities failed")
 
     def _changed(self, c: ContainerRecord, target: Resources) -> pb.LinuxContainerResources:
         """The container's resources as last set, with the policy's fields changed, to
@@ -614,6 +727,8 @@ class ResourceManager:
             del self._pids[cid]
         for key in [key for key in self._resent if (c := self._cache.containers.get(key)) is None or c.id not in live]:
             del self._resent[key]
+        for key in [k for k in self._narrowed if (c := self._cache.containers.get(k)) is None or c.id not in live]:
+            del self._narrowed[key]
         todo: list[tuple[str, int]] = []
         for cid in running:
             c = self._cache.by_id(cid)
@@ -640,6 +755,8 @@ class ResourceManager:
                 target = self._policy.resources(c.key)
                 if target is None or _matches(got, target):
                     self._resent.pop(c.key, None)
+                    if target is not None:
+                        self._judge_enforced(c, got, target)
                     continue
                 seen = self._resent.get(c.key)
                 if seen is not None and seen[:2] == (target, got):
@@ -658,6 +775,23 @@ class ResourceManager:
                 enforcer.submit(cid, linux, c.workload)
                 resent += 1
         return resent
+
+    def _judge_enforced(self, c: ContainerRecord, got: realcpuset.RealCpuset, target: Resources) -> None:
+        """`c`'s cgroup holds the policy's cpuset: whether the kernel enforces it (lock held).
+        Narrowed by an ancestor, sending the cpuset again changes nothing (the kernel keeps a
+        child within its parent): said once per (wanted, enforced) pair, kept for /state."""
+        if got.effective is None or got.enforced == target.cpuset_cpus:
+            if self._narrowed.pop(c.key, None) is not None:
+                log.info("%s (%s) runs on its CPUs %s again", c.workload, c.id[:12], target.cpuset_cpus)
+            return
+        was = self._narrowed.get(c.key)
+        self._narrowed[c.key] = got
+        if was is None or (was.enforced, was.cpus, was.narrowed_by) != (got.enforced, got.cpus, got.narrowed_by):
+            log.warning("%s", _narrowed_line(c, got, target))
+
+    def narrowed(self, key: str) -> realcpuset.RealCpuset | None:
+        """What the kernel enforces of a container whose cpuset a parent cgroup narrows (None: not so)."""
+        return self._narrowed.get(key)
 
     def _adopt(self, record: ContainerRecord) -> set[str]:
         """Places a running container the relay did not know (lock held); returns the keys to sync."""
@@ -720,6 +854,37 @@ class ResourceManager:
             self._sync(set(decision.others), "the policy's timer")
             self._saves.mark()
             self._rearm()
+
+
+def _sized(w: Workload, size: tuple[int, int | None] | None) -> Workload:
+    """`w` with the CPU request and limit it takes from its pod (None: its own)."""
+    if size is None:
+        return w
+    return dataclasses.replace(w, cpu_request=size[0], cpu_limit=size[1])
+
+
+def _pod_sized(c: ContainerRecord, linux: pb.LinuxContainerResources) -> bool:
+    """Whether a container's size is its pod's (no CPU request of its own, before and
+    in kubelet's update): kubelet's minimum shares then say nothing of its CPUs."""
+    return not podsize.own_cpu(linux.cpu_shares) and not podsize.own_cpu(podsize.recorded_shares(c.resources))
+
+
+def _memory_only(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResources:
+    """kubelet's update without its CPU fields, for reading a size (engine/resize.py)."""
+    out = pb.LinuxContainerResources(memory_limit_in_bytes=linux.memory_limit_in_bytes)
+    return out
+
+
+def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resources) -> str:
+    where = got.narrowed_by or "?"
+    if where == "/":  # the root's effective set is the online CPUs
+        return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's "
+                f"{target.cpuset_cpus}: its cgroup holds {got.cpus} but the root cgroup has only {got.enforced} of "
+                "them (CPUs offline)")
+    return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
+            f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
+            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "
+            "it) to put it right")
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:

@@ -39,7 +39,7 @@ async def observe(runtime: RuntimePort, cgroups: realcpuset.CgroupReader) -> tup
             pod=labels.get("io.kubernetes.pod.name", ""),
             name=labels.get("io.kubernetes.container.name", c.name), qos="", state="running",
             cpu_request=0, cpu_limit=None, memory_request=0, memory_limit=None, pool=None,
-            exclusive=CPUSet(), shared=real.cpus if real is not None else CPUSet(),
+            exclusive=CPUSet(), shared=real.enforced if real is not None else CPUSet(),
             mems=str(real.mems) if real is not None and real.mems is not None else None, managed=False))
     out.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return tuple(out)

@@ -51,6 +51,37 @@ EVENTS = (api.RUN_POD_SANDBOX, api.STOP_POD_SANDBOX, api.REMOVE_POD_SANDBOX, api
           api.POST_UPDATE_CONTAINER, api.STOP_CONTAINER, api.REMOVE_CONTAINER)
 
 
+# Subscribed to where the runtime has it (NRI v0.10, containerd 2.2): containerd 2.1 and
+# older refuse a plugin whose mask has bits they do not know ("invalid plugin events: 0x1800").
+POD_RESIZE_EVENTS = (api.UPDATE_POD_SANDBOX,)
+POD_RESIZE_SINCE = {"NRI": (0, 10), "containerd": (2, 2)}
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of "v0.10.0", "2.2.1+ds1", "1.7.24~ds1"; None when none can be read."""
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
+    except (IndexError, ValueError):
+        return None
+
+
+def pod_resize_support(req: api.ConfigureRequest) -> tuple[bool, str]:
+    """Whether the runtime has UpdatePodSandbox, from what its Configure says (the NRI
+    version newer runtimes send; else the runtime's name and version), and why."""
+    nri = _version(req.NRI_version) if req.NRI_version else None
+    if nri is not None:
+        has = nri >= POD_RESIZE_SINCE["NRI"]
+        return has, f"NRI {req.NRI_version} {'has' if has else 'predates'} it (since v0.10)"
+    if req.runtime_name == "containerd":
+        found = _version(req.runtime_version)
+        if found is not None:
+            has = found >= POD_RESIZE_SINCE["containerd"]
+            return has, f"containerd {req.runtime_version} {'has' if has else 'predates'} it (since 2.2)"
+    who = f"{req.runtime_name or 'the runtime'} {req.runtime_version}".strip()
+    return False, f"{who} does not say it has it (no NRI version; known: containerd 2.2+, NRI v0.10+)"
+
+
 def event_mask(events: tuple[int, ...] = EVENTS) -> int:
     mask = 0
     for e in events:
@@ -137,7 +168,10 @@ class Hooks:
                     await asyncio.wait_for(asyncio.shield(work), deadline)
                 except TimeoutError:
                     log.warning("activating takes longer than %gs: answering Configure before it is done", deadline)
-        return api.ConfigureResponse(events=event_mask())
+        pod_resize, why = pod_resize_support(req)
+        log.info("%s UpdatePodSandbox (pod-level resize): %s", "subscribing to" if pod_resize else "not subscribing to",
+                 why)
+        return api.ConfigureResponse(events=event_mask(EVENTS + POD_RESIZE_EVENTS if pod_resize else EVENTS))
 
     async def _guarded(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
         try:
@@ -214,6 +248,22 @@ class Hooks:
         await self._hook("RemovePodSandbox", lambda core: core.pod_removed(req.pod.id), carries=False)
         self._runtime.pod_removed(req.pod.id)
         return api.RemovePodSandboxResponse()
+
+    async def update_pod(self, req: api.UpdatePodSandboxRequest) -> api.UpdatePodSandboxResponse:
+        """kubelet's resize of a pod (NRI v0.10+): the container that takes the pod's size
+        is resized first. NRI's reply has no updates: the resized container's and the
+        others' go out with UpdateContainers once the reply is sent. A size that cannot be
+        met fails the runtime's call (kubelet keeps the old size), nothing moved."""
+        self._runtime.pod(req.pod)
+        resources = _requirements(req.linux_resources) if req.HasField("linux_resources") else None
+        try:
+            out = await self._hook("UpdatePodSandboxResources",
+                                   lambda core: _none(core.pod_resized(req.pod.id, resources, _nothing)))
+        except ResizeRefused as e:
+            raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
+        if out.updates:  # sent once this reply is out (nri/delivery.py)
+            self._runtime.push(out.updates)
+        return api.UpdatePodSandboxResponse()
 
     # -- containers ---------------------------------------------------------------------------
 
@@ -401,9 +451,17 @@ def pod_resources(p: api.PodSandbox) -> classify.Requirements | None:
     """The pod-level resources (KEP-2837) the runtime reports; None when the pod has none."""
     if not p.linux.HasField("pod_resources"):
         return None
-    r = p.linux.pod_resources
+    return _requirements(p.linux.pod_resources)
+
+
+def _requirements(r: api.LinuxResources) -> classify.Requirements | None:
     return classify.pod_requirements(r.cpu.shares.value, max(r.cpu.quota.value, 0), r.cpu.period.value,
                                      max(r.memory.limit.value, 0))
+
+
+async def _none(work: Awaitable[None]) -> Resources | None:
+    await work
+    return None
 
 
 def container_spec(pod: api.PodSandbox, c: api.Container) -> ContainerSpec:

@@ -201,8 +201,8 @@ class Plugin:
             "StopContainer": (api.StopContainerRequest, h.stop_container),  # type: ignore[dict-item]
             "RemoveContainer": (api.RemoveContainerRequest, h.remove_container),  # type: ignore[dict-item]
             "StateChange": (api.StateChangeEvent, h.state_change),  # type: ignore[dict-item]
+            "UpdatePodSandbox": (api.UpdatePodSandboxRequest, h.update_pod),  # type: ignore[dict-item]
             # Subscribed to nothing that needs them, but a runtime may call them regardless.
-            "UpdatePodSandbox": (api.UpdatePodSandboxRequest, _empty(api.UpdatePodSandboxResponse)),
             "PostUpdatePodSandbox": (api.PostUpdatePodSandboxRequest, _empty(api.PostUpdatePodSandboxResponse)),
             "PostCreateContainer": (api.PostCreateContainerRequest, _empty(api.PostCreateContainerResponse)),
             "PostUpdateContainer": (api.PostUpdateContainerRequest, _empty(api.PostUpdateContainerResponse)),

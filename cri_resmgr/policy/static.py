@@ -22,6 +22,7 @@ from __future__ import annotations
 from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, QoS, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, parse_layout
 from cri_resmgr.policy.pools import (
     POOL_EXCLUSIVE,
     POOL_RESERVED,
@@ -34,6 +35,7 @@ from cri_resmgr.policy.pools import (
     checked_cpus,
     option_bool,
 )
+from cri_resmgr.policy.tuning import TUNING_OPTIONS, ExclusiveTuning
 from cri_resmgr.topology.cpuallocator import CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 
@@ -41,7 +43,7 @@ __all__ = ["StaticPolicy", "NAME", "DESCRIPTION", "OPTIONS", "exclusive_cpus_wan
 
 NAME = "static"
 DESCRIPTION = "kubelet CPU manager static policy: exclusive CPUs for integer Guaranteed containers"
-OPTIONS = ("StrictReservation",)
+OPTIONS = ("StrictReservation", *LAYOUT_KEYS, *TUNING_OPTIONS)
 
 
 def exclusive_cpus_wanted(workload: Workload) -> int:
@@ -57,12 +59,14 @@ def exclusive_cpus_wanted(workload: Workload) -> int:
     return 0
 
 
-class StaticPolicy(PoolPolicy):
+class StaticPolicy(PoolPolicy, ExclusiveTuning):
     name = NAME
 
     def __init__(self, context: PolicyContext) -> None:
         check_options(context.options, OPTIONS, NAME)
+        self._parse_tuning(context.options, f"policy.{NAME}")  # scheduling classes, interrupts
         self._strict = option_bool(context.options, "StrictReservation", NAME)
+        self._cpu_layout = parse_layout(context.options, NAME)
         available, reserved = checked_cpus(context)
         self._available = available
         self._reserved = reserved

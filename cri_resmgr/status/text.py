@@ -37,11 +37,16 @@ def render(view: View, colour: bool = False) -> str:
     if view.offline:
         lines.append(f"Offline CPUs: {view.offline}")
     lines.append("Pools: " + (", ".join(f"{name} {cpus}" for name, cpus in view.pools) or "none (policy none)"))
+    if view.cpu_classes:
+        lines.append(view.cpu_classes)
+    lines += view.cpu_class_failures
     if view.pool_table:
         lines.append("")
         lines += _pool_lines(view.pool_table)
     lines.append("")
     lines += _table(view.containers, colour) if view.containers else ["No containers."]
+    if view.warnings:
+        lines += ["", "Warnings:"] + [f"  {w}" for w in view.warnings]
     return "\n".join(lines)
 
 

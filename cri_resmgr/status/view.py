@@ -95,6 +95,9 @@ class View:
     pool_table: tuple[PoolRow, ...] = ()  # only when some pool has a kind (balloons, a pool tree)
     reload: str = ""  # the last configuration tried, as a line ("" in documents from before it was kept)
     stamp: str = ""  # node, time and relay version: `node n1, 2026-11-27 14:50:01 UTC, cri-resmgr 0.1.0`
+    cpu_classes: str = ""  # `CPU classes: turbo 2-3, eco 0-1` ("" when none)
+    cpu_class_failures: tuple[str, ...] = ()  # one line per file whose last write was refused
+    warnings: tuple[str, ...] = ()  # what the kernel refuses or narrows of what was decided, one line each
 
 
 def build(doc: Mapping[str, Any]) -> View:
@@ -127,7 +130,29 @@ def build(doc: Mapping[str, Any]) -> View:
     return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
                 machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
                 containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()),
-                reload=_reload(doc.get("reload")), stamp=_stamp(doc))
+                reload=_reload(doc.get("reload")), stamp=_stamp(doc), warnings=_warnings(doc),
+                cpu_classes=_cpu_classes(doc.get("cpu_classes")),
+                cpu_class_failures=tuple(f"CPU class write refused: {f.get('value')!r} to {f.get('path')}: "
+                                         f"{f.get('error')}" for f in doc.get("cpu_class_failures") or ()))
+
+
+def _cpu_classes(classes: Mapping[str, str] | None) -> str:
+    """`CPU classes: turbo 2-3, eco 0-1` (documents from before CPU classes have none)."""
+    if not classes:
+        return ""
+    return "CPU classes: " + ", ".join(f"{name} {cpus}" for name, cpus in classes.items())
+
+
+def _warnings(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """Containers the kernel keeps on fewer CPUs than decided (a parent cgroup narrowed:
+    docs/cgroups.md), and the block I/O lines it refuses (docs/classes.md)."""
+    narrowed = tuple(f"{c['namespace']}/{c['pod']}:{c['name']} runs on CPUs {c['effective_cpus']} only, not "
+                     f"{c['cpus']}: cgroup {c['narrowed_by']} narrows it" for c in doc["containers"]
+                     if c.get("narrowed_by") and c.get("effective_cpus") is not None)
+    return narrowed + tuple(
+        f"block I/O class {r['class']}: the kernel refuses {r['line']!r} in {r['file']}: {r['reason']}; "
+        f"{r['containers']} container{'' if r['containers'] == 1 else 's'} (first {r['example']}: {r['path']})"
+        for r in doc.get("blockio_refused") or ())
 
 
 def _stamp(doc: Mapping[str, Any]) -> str:

@@ -4,7 +4,8 @@ and JSON for tools. No I/O: the command prints what these return.
 The text nests packages > dies > NUMA nodes > L3 > cores > threads. The
 hardware is not always a tree (a node may span packages, a package may hold
 several nodes), so each level shows its part of the one above, and a node
-seen under several packages says so. Levels the kernel does not describe
+seen under several packages says so; a cache shared by several nodes shows
+whole under each of them, naming them. Levels the kernel does not describe
 are left out rather than made up.
 """
 
@@ -90,14 +91,21 @@ def _node_line(topo: Topology, node: NumaNode, pkg: int | None) -> str:
 def _l3_and_cores(topo: Topology, cpus: CPUSet, l3_groups: Iterable[CPUSet], indent: str,
                   lines: list[str]) -> None:
     sizes = {c.id: c.size_kb for c in topo.caches if c.level == 3}
-    parts = [g & cpus for g in l3_groups if not g.isdisjoint(cpus)]
-    if not parts:
+    groups = [g for g in l3_groups if not g.isdisjoint(cpus)]
+    if not groups:
         _cores(topo, cpus, indent, lines)
         return
-    for part in parts:
-        size = sizes.get(topo.cpu(part.min()).l3 or 0)
-        lines.append(f"{indent}L3 {part}" + (f" ({_size(size)})" if size else ""))
-        _cores(topo, part, indent + "  ", lines)
+    for group in groups:
+        # The cache's own CPUs, as the kernel and -o json have them: an L3 that spans the
+        # socket shows whole under each of its nodes (and says so), only the cores below are
+        # the node's part.
+        size = sizes.get(topo.cpu(group.min()).l3 or 0)
+        notes = [_size(size)] if size else []
+        nodes = CPUSet(topo.cpu(c).node for c in group)
+        if len(nodes) > 1:
+            notes.append(f"shared by NUMA nodes {nodes}")
+        lines.append(f"{indent}L3 {group}" + (f" ({', '.join(notes)})" if notes else ""))
+        _cores(topo, group & cpus, indent + "  ", lines)
 
 
 def _cores(topo: Topology, cpus: CPUSet, indent: str, lines: list[str]) -> None:

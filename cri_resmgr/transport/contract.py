@@ -76,6 +76,48 @@ class ReplyObserver:
         return reply
 
 
+class StreamReading(Protocol):
+    """One server-streamed reply as a `StreamObserver` reads it, message by message."""
+
+    def message(self, data: bytes | memoryview) -> None:
+        """One message of the reply, as the runtime sent it (a view of the relay's copy,
+        valid during the call only). The message is on its way to the client already."""
+
+    def complete(self) -> Awaitable[None] | None:
+        """The stream ended with OK, every message read: what its final status waits for
+        (None: nothing). Never called for a stream that failed, was reset or cancelled, or
+        held a message that could not be read: what was read of it is dropped, as kubelet
+        drops a partial listing."""
+
+
+class StreamObserver:
+    """An interception-table entry that reads a server-streamed reply as it passes (crash
+    detection reads StreamContainers, KEP-5825's streamed ListContainers).
+
+    Both transports know it: the call passes through, each reply message goes on at
+    once and `start()`'s reading gets it too; only the final status waits, and only if
+    `complete` returns an awaitable. Neither holds the stream back nor keeps it whole.
+    Anything else calls it as an interceptor (the simulator, with one recorded reply):
+    forward unchanged, read the reply as the stream's one message, complete, return it.
+    Either way the call is never failed by the reading or its work: an error is logged.
+    """
+
+    def __init__(self, start: Callable[[], StreamReading]):
+        self.start = start
+
+    async def __call__(self, req: Request) -> Message:
+        reply = await req.forward(req.message)
+        try:
+            reading = self.start()
+            reading.message(reply.SerializeToString())
+            pending = reading.complete()
+            if pending is not None:
+                await pending
+        except Exception as e:
+            _log.error("observer of %s failed: %s: %s", req.path, type(e).__name__, e)
+        return reply
+
+
 class InterceptError(CriResmgrError):
     """Raised by an interceptor to fail the caller's request with a gRPC status."""
 

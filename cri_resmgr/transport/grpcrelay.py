@@ -30,10 +30,12 @@ from cri_resmgr.transport.contract import (
     Interceptor,
     Keep,
     Request,
+    StreamObserver,
+    StreamReading,
     TransportStats,
 )
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
-from cri_resmgr.transport.refusals import FailureLog, decode_request
+from cri_resmgr.transport.refusals import FailureLog, decode_request, in_kubelets_words
 from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES, Upstream
 
 log = logging.getLogger(__name__)
@@ -72,16 +74,26 @@ def _metadata(context: _Context) -> tuple[tuple[str, str | bytes], ...]:
 async def _abort(context: _Context, e: grpc.aio.AioRpcError) -> NoReturn:
     # Trailing metadata must be a tuple here, or grpc.aio turns every upstream
     # error into UNKNOWN.
-    await context.abort(e.code(), e.details() or "", tuple(e.trailing_metadata() or ()))
+    await context.abort(e.code(), in_kubelets_words(e.code(), e.details() or ""),
+                        tuple(e.trailing_metadata() or ()))
 
 
 async def _stream_replies(call: _ReplyStream, context: _Context, path: str, call_id: int, t0: float,
-                          dumper: DumpSink | None) -> None:
-    """Writes an upstream call's streamed replies, then passes on its status and trailers."""
+                          dumper: DumpSink | None, reading: StreamReading | None = None,
+                          failures: FailureLog | None = None) -> None:
+    """Writes an upstream call's streamed replies, then passes on its status and trailers.
+    `reading`: each reply also goes to it (a StreamObserver's), and it is completed, the
+    status waiting for its work, only when the stream ends with OK."""
     try:
         async for item in call:
             if dumper is not None:
                 dumper.reply(path, call_id, item, time.perf_counter() - t0)
+            if reading is not None:
+                try:
+                    reading.message(item)
+                except Exception as e:  # a bug in the reading: the call goes on, no longer read
+                    _reading_failed(failures, path, e)
+                    reading = None
             await context.write(item)
     except grpc.aio.AioRpcError as e:
         if dumper is not None:
@@ -91,9 +103,24 @@ async def _stream_replies(call: _ReplyStream, context: _Context, path: str, call
         call.cancel()  # a no-op once finished; stops the upstream if our caller went away
     if dumper is not None:
         dumper.reply(path, call_id, None, time.perf_counter() - t0, grpc.StatusCode.OK)
+    if reading is not None:
+        try:
+            pending = reading.complete()
+            if pending is not None:
+                # Shielded: the engine's release is not cut short if kubelet gives up meanwhile.
+                await asyncio.shield(asyncio.ensure_future(pending))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            _reading_failed(failures, path, e)
     trailing = await call.trailing_metadata()
     if trailing:
         context.set_trailing_metadata(tuple(trailing))
+
+
+def _reading_failed(failures: FailureLog | None, path: str, e: Exception) -> None:
+    if failures is not None:
+        failures.failed(path, e)
 
 
 class GrpcRelay:
@@ -199,10 +226,12 @@ class GrpcRelay:
             # Unknown shape: a bidi stream relays any of the four kinds on the wire.
             return grpc.stream_stream_rpc_method_handler(
                 self._timed(self._stream_passthrough(path, upstream, dumper), name, False))
-        if method.server_streaming:
-            return grpc.unary_stream_rpc_method_handler(
-                self._timed(self._unary_stream_passthrough(path, upstream, dumper), name, False))
         interceptor = self._interceptors.get(method.name)
+        if method.server_streaming:
+            observer = interceptor if isinstance(interceptor, StreamObserver) else None
+            return grpc.unary_stream_rpc_method_handler(
+                self._timed(self._unary_stream_passthrough(path, upstream, dumper, observer), name,
+                            observer is not None))
         if interceptor is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._timed(self._intercepted(path, method, interceptor, upstream, dumper), name, True))
@@ -256,17 +285,25 @@ class GrpcRelay:
 
         return relay_unary
 
-    def _unary_stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None) -> _UnaryStream:
+    def _unary_stream_passthrough(self, path: str, upstream: Upstream, dumper: DumpSink | None,
+                                  observer: StreamObserver | None = None) -> _UnaryStream:
         mc = upstream.unary_stream(path)
         ids = self._call_ids
+        failures = self._failures
 
         async def relay_unary_stream(request: bytes, context: _Context) -> None:
             call_id = next(ids)
             if dumper is not None:
                 dumper.request(path, call_id, request)
             t0 = time.perf_counter()
+            reading = None
+            if observer is not None:
+                try:
+                    reading = observer.start()
+                except Exception as e:  # a bug in the observer: the call goes on unread
+                    failures.failed(path, e)
             call = mc(request, metadata=_metadata(context), timeout=context.time_remaining())
-            await _stream_replies(call, context, path, call_id, t0, dumper)
+            await _stream_replies(call, context, path, call_id, t0, dumper, reading, failures)
 
         return relay_unary_stream
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 NS = "kube-system"
+EVENT_NS = "default"  # where Events about a Node belong
 LABEL = "cri-resource-manager.intel.com/group"
 
 
@@ -26,7 +27,7 @@ def node_annotations(api, name: str = "node1") -> dict[str, str]:
 
 
 def node_events(api, reason: str) -> list[dict]:
-    return [e for e in api.list_objects("events", NS)
+    return [e for e in api.list_objects("events", EVENT_NS)
             if e["reason"] == reason and e["involvedObject"]["name"] == "node1"]
 
 
@@ -246,6 +247,6 @@ def test_agent_works_with_the_deployment_rbac_only(kubeapi, applier, make_agent,
     wait(lambda: node_events(kubeapi, "ConfigApplied"), "the applied event")
     verbs = {(r.verb, r.path.split("/")[4] if r.path.startswith("/api/v1/namespaces/") else "cluster")
              for r in kubeapi.requests}
-    assert verbs <= {("list", "kube-system"), ("watch", "kube-system"), ("create", "kube-system"),
+    assert verbs <= {("list", "kube-system"), ("watch", "kube-system"), ("create", "default"),
                      ("get", "cluster"), ("watch", "cluster"), ("patch", "cluster")}, verbs
     assert [r for r in kubeapi.requests if r.code == 403] == []

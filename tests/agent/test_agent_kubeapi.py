@@ -184,11 +184,11 @@ def test_json_patch_is_refused_clearly(open_api):
 
 def test_events_are_created_with_generated_names(open_api):
     api, core = open_api
-    event = core.create_namespaced_event(NS, client.CoreV1Event(
+    event = core.create_namespaced_event("default", client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name="node1."),
         involved_object=client.V1ObjectReference(kind="Node", name="node1"), reason="Test", message="hi"))
-    assert event.metadata.name.startswith("node1.") and event.metadata.namespace == NS
-    assert [e["reason"] for e in api.list_objects("events", NS)] == ["Test"]
+    assert event.metadata.name.startswith("node1.") and event.metadata.namespace == "default"
+    assert [e["reason"] for e in api.list_objects("events", "default")] == ["Test"]
 
 
 def test_down_refuses_connections_and_up_serves_the_same_store(open_api):

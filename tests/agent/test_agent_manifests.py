@@ -47,15 +47,19 @@ def test_the_validator_catches_a_bad_manifest():
 def test_rbac_is_least_privilege():
     options = AgentOptions(node_name="")
     roles = by_kind("Role")
-    assert [r["metadata"]["namespace"] for r in roles] == [options.config_namespace]
-    namespaced = {(tuple(rule["resources"]), tuple(sorted(rule["verbs"]))) for rule in roles[0]["rules"]}
-    assert namespaced == {(("configmaps",), ("get", "list", "watch")), (("events",), ("create",))}
+    namespaced = {r["metadata"]["namespace"]: {(tuple(rule["resources"]), tuple(sorted(rule["verbs"])))
+                                               for rule in r["rules"]} for r in roles}
+    # The ConfigMaps where the agent reads them; Events where the API server takes Events about a Node.
+    assert namespaced == {options.config_namespace: {(("configmaps",), ("get", "list", "watch"))},
+                          "default": {(("events",), ("create",))}}
+    bound = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in by_kind("RoleBinding")}
+    assert bound == {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles}
     cluster = {(tuple(rule["resources"]), tuple(sorted(rule["verbs"])))
                for role in by_kind("ClusterRole") for rule in role["rules"]}
     assert cluster == {(("nodes",), ("get", "patch", "watch")), (("nodes/status",), ("patch",))}
     for rule in [r for role in roles + by_kind("ClusterRole") for r in role["rules"]]:
         assert rule["apiGroups"] == [""] and "*" not in rule["verbs"] and "*" not in rule["resources"]
-    # Both roles are bound to the agent's service account, and to nothing else.
+    # Every role is bound to the agent's service account, and to nothing else.
     account = by_kind("ServiceAccount")[0]["metadata"]
     for binding in by_kind("RoleBinding") + by_kind("ClusterRoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"],

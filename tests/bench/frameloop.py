@@ -12,7 +12,11 @@ far less than wall-clock latency. `--profile` prints cProfile's top entries.
     python -m tests.bench.frameloop [--calls 20000] [--profile] [--observed]
 
 `--observed`: ListContainers and ContainerStatus replies are scanned for
-exited containers, as with a policy active (`engine/exits.py`).
+exited containers, as with a policy active (`engine/exits.py`), and so are the
+messages of a StreamContainers (kubelet 1.36, KEP-5825). `--method
+StreamContainers` (not among the default five) streams the same 100 containers
+as ListContainers lists, `--stream-batch` a message (containerd sends up to 5000
+a message, CRI-O one).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ IMAGE = "/runtime.v1.ImageService/"
 REPLY_SIZES = {"Version": 35, "ImageStatus": 106, "ListImages": 210, "ContainerStatus": 742,
                "ListContainers": 68_891}
 PATHS = {"Version": RUNTIME, "ImageStatus": IMAGE, "ListImages": IMAGE, "ContainerStatus": RUNTIME,
-         "ListContainers": RUNTIME}
+         "ListContainers": RUNTIME, "StreamContainers": RUNTIME}
+STREAM_BATCH = 5000  # containers a StreamContainers message holds, as containerd's
 _USER_AGENT = b"grpc-python/1.85.3 grpc-c/58.0.0 (linux; chttp2)"
 
 
@@ -82,7 +87,12 @@ class _Side:
         self.lost = False
 
 
-def _reply_body(method: str) -> bytes:
+def _reply_body(method: str, stream_batch: int = STREAM_BATCH) -> bytes:
+    """The reply's DATA: one gRPC message, or a StreamContainers' messages."""
+    if method == "StreamContainers":
+        listed = list(pb.ListContainersResponse.FromString(_reply_body("ListContainers")[5:]).containers)
+        return b"".join(h2.grpc_message(pb.StreamContainersResponse(
+            containers=listed[i:i + stream_batch]).SerializeToString()) for i in range(0, len(listed), stream_batch))
     if method == "ListContainers":
         c = pb.Container(id="a" * 64, pod_sandbox_id="b" * 64, state=pb.CONTAINER_CREATED,
                          metadata=pb.ContainerMetadata(name="c", attempt=0),
@@ -91,22 +101,24 @@ def _reply_body(method: str) -> bytes:
                          annotations={"io.kubernetes.container.hash": "1234"}, created_at=1)
         per = len(pb.ListContainersResponse(containers=[c]).SerializeToString())
         n = max(1, REPLY_SIZES[method] // per)
-        return pb.ListContainersResponse(containers=[c] * n).SerializeToString()
+        return h2.grpc_message(pb.ListContainersResponse(containers=[c] * n).SerializeToString())
     if method == "ContainerStatus":
         st = pb.ContainerStatus(id="a" * 64, state=pb.CONTAINER_CREATED, created_at=1,
                                 metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image="busybox"),
                                 image_ref="sha256:" + "d" * 64, log_path="/var/log/pods/x/c/0.log",
                                 labels={"io.kubernetes.pod.name": "bench-list"},
                                 annotations={"io.kubernetes.container.hash": "1234" * 100})
-        return pb.ContainerStatusResponse(status=st).SerializeToString()
-    return b"\x0a" + bytes([min(127, REPLY_SIZES[method] - 2)]) + b"x" * min(127, REPLY_SIZES[method] - 2)
+        return h2.grpc_message(pb.ContainerStatusResponse(status=st).SerializeToString())
+    size = min(127, REPLY_SIZES[method] - 2)
+    return h2.grpc_message(b"\x0a" + bytes([size]) + b"x" * size)
 
 
 def _frames(*frames: bytes) -> bytes:
     return b"".join(frames)
 
 
-def call_chunks(method: str, client_enc: Encoder, runtime_enc: Encoder) -> tuple[bytes, bytes, bytes]:
+def call_chunks(method: str, client_enc: Encoder, runtime_enc: Encoder,
+                stream_batch: int = STREAM_BATCH) -> tuple[bytes, bytes, bytes]:
     """The three reads of one call on stream 1: client, runtime, client."""
     block = client_enc.encode([(b":path", (PATHS[method] + method).encode()), (b":authority", b"relay.sock"),
                                (b":method", b"POST"), (b":scheme", b"http"),
@@ -117,7 +129,7 @@ def call_chunks(method: str, client_enc: Encoder, runtime_enc: Encoder) -> tuple
     sid = 1
     c1 = _frames(h2.frame(h2.HEADERS, h2.END_HEADERS, sid, block), h2.window_update(sid, 5),
                  h2.frame(h2.DATA, h2.END_STREAM, sid, request), h2.window_update(0, 5))
-    reply = h2.grpc_message(_reply_body(method))
+    reply = _reply_body(method, stream_batch)
     data = [f for _, f in h2.data_frames(sid, reply, h2.DEFAULT_MAX_FRAME, False)]
     head = runtime_enc.encode([(b":status", b"200"), (b"content-type", b"application/grpc")])
     trailers = runtime_enc.encode([(b"grpc-status", b"0"), (b"grpc-message", b"")])
@@ -165,13 +177,13 @@ def connect(interceptors: InterceptionTable | None) -> tuple[Connection, Sink, S
 
 
 async def _run(method: str, calls: int, interceptors: InterceptionTable | None,
-               profile: cProfile.Profile | None) -> dict[str, Any]:
+               profile: cProfile.Profile | None, stream_batch: int = STREAM_BATCH) -> dict[str, Any]:
     conn, client, runtime, cenc, renc = connect(interceptors)
     # Each encoder's first block carries its table size update: the calls use the second's.
-    for chunk, side in zip(call_chunks(method, cenc, renc), (conn.from_client, conn.from_runtime, conn.from_client),
-                           strict=True):
+    for chunk, side in zip(call_chunks(method, cenc, renc, stream_batch),
+                           (conn.from_client, conn.from_runtime, conn.from_client), strict=True):
         side(chunk)
-    c1, r1, c2 = call_chunks(method, cenc, renc)
+    c1, r1, c2 = call_chunks(method, cenc, renc, stream_batch)
     offsets = [_stream_offsets(c) for c in (c1, r1, c2)]
     chunks = [tuple(_with_stream(c, o, 2 * i + 3) for c, o in zip((c1, r1, c2), offsets, strict=True))
               for i in range(calls)]
@@ -196,15 +208,15 @@ async def _run(method: str, calls: int, interceptors: InterceptionTable | None,
 
 def measure(methods: Sequence[str] = tuple(REPLY_SIZES), calls: int = 20_000,
             interceptors: InterceptionTable | None = None,
-            profile: cProfile.Profile | None = None) -> dict[str, dict[str, Any]]:
+            profile: cProfile.Profile | None = None, stream_batch: int = STREAM_BATCH) -> dict[str, dict[str, Any]]:
     """CPU per call of each method through one connection's frame loop."""
-    return {m: asyncio.run(_run(m, calls, interceptors, profile)) for m in methods}
+    return {m: asyncio.run(_run(m, calls, interceptors, profile, stream_batch)) for m in methods}
 
 
 def _observers() -> InterceptionTable:
     from cri_resmgr.engine import exits  # only with --observed
 
-    return exits.interceptors(lambda ids: None)
+    return exits.interceptors(lambda ids: None, lambda ids: [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -212,11 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries")
     parser.add_argument("--observed", action="store_true", help="scan replies for exited containers")
-    parser.add_argument("--method", action="append", help="default: all five")
+    parser.add_argument("--method", action="append", help="default: all five (StreamContainers is a sixth)")
+    parser.add_argument("--stream-batch", type=int, default=STREAM_BATCH,
+                        help="containers a StreamContainers message holds")
     args = parser.parse_args(argv)
     profile = cProfile.Profile() if args.profile else None
     interceptors = _observers() if args.observed else None
-    result = measure(args.method or tuple(REPLY_SIZES), args.calls, interceptors, profile)
+    result = measure(args.method or tuple(REPLY_SIZES), args.calls, interceptors, profile, args.stream_batch)
     for method, r in result.items():
         print(f"{method:16} {r['cpu_us_per_call']:7.2f} us/call  {r['writes_per_call']:.2f} writes/call")
     if profile is not None:

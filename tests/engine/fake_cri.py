@@ -30,6 +30,15 @@ class FakeCRI:
         # meanwhile); a true result refuses the update with UNAVAILABLE.
         self.update_gate = None
         self.pids: dict[str, int] = {}  # id -> the "pid" a verbose ContainerStatus gives
+        # StreamContainers and StreamPodSandboxes (KEP-5825): this many items a message, as
+        # containerd's 5000; `stream_fails`: after that many messages StreamContainers is
+        # aborted with UNAVAILABLE.
+        self.stream_batch = 5000
+        self.stream_fails: int | None = None
+        # UpdatePodSandboxResources: None answers it (containerd 2.x); a code refuses it with that
+        # status (UNIMPLEMENTED: containerd 1.6, 1.7). Each request is kept, in order.
+        self.pod_resize_code: grpc.StatusCode | None = None
+        self.pod_resizes: list[pb.UpdatePodSandboxResourcesRequest] = []
         self._ids = itertools.count(1)
         # Called with (container id, pid, cgroups path) as a container starts: tests build its cgroup there.
         self.on_start = None
@@ -69,12 +78,23 @@ class _Handlers(grpc.GenericRpcHandler):
             "ListContainers": (pb.ListContainersRequest, self.list),
             "ContainerStatus": (pb.ContainerStatusRequest, self.status),
             "UpdateContainerResources": (pb.UpdateContainerResourcesRequest, self.update),
+            "UpdatePodSandboxResources": (pb.UpdatePodSandboxResourcesRequest, self.update_pod),
+            "RuntimeConfig": (pb.RuntimeConfigRequest, self.runtime_config),
+        }
+        self.streams = {
+            "StreamContainers": (pb.StreamContainersRequest, self.stream_containers),
+            "StreamPodSandboxes": (pb.StreamPodSandboxesRequest, self.stream_pods),
         }
 
     def service(self, details):
         if not details.method.startswith(V1):
             return None
-        entry = self.table.get(details.method[len(V1):])
+        name = details.method[len(V1):]
+        if name in self.streams:
+            req_type, stream = self.streams[name]
+            return grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=req_type.FromString, response_serializer=lambda m: m.SerializeToString())
+        entry = self.table.get(name)
         if entry is None:
             return None
         req_type, fn = entry
@@ -159,6 +179,22 @@ class _Handlers(grpc.GenericRpcHandler):
             if (not f.id or f.id == k) and (not f.pod_sandbox_id or f.pod_sandbox_id == c["pod"])
             and (not f.HasField("state") or f.state.state == c["state"])])
 
+    async def stream_containers(self, req, ctx):
+        listed = list((await self.list(req, ctx)).containers)
+        batch = self.f.stream_batch
+        for i, start in enumerate(range(0, len(listed), batch)):
+            if i == self.f.stream_fails:
+                await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: the runtime lost its listing")
+            yield pb.StreamContainersResponse(containers=listed[start:start + batch])
+
+    async def stream_pods(self, req, ctx):
+        listed = list((await self.list_pods(req, ctx)).items)
+        for start in range(0, len(listed), self.f.stream_batch):
+            yield pb.StreamPodSandboxesResponse(pod_sandboxes=listed[start:start + self.f.stream_batch])
+
+    async def runtime_config(self, req, ctx):
+        return pb.RuntimeConfigResponse(linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.CGROUPFS))
+
     async def status(self, req, ctx):
         c = self.f.containers.get(req.container_id)
         if c is None:
@@ -186,3 +222,11 @@ class _Handlers(grpc.GenericRpcHandler):
             setattr(c["resources"], field.name, value)
         self.f.updates += 1
         return pb.UpdateContainerResourcesResponse()
+
+    async def update_pod(self, req, ctx):
+        self.f.pod_resizes.append(req)
+        if self.f.pod_resize_code is not None:
+            await ctx.abort(self.f.pod_resize_code, f"fake: UpdatePodSandboxResources {self.f.pod_resize_code.name}")
+        if req.pod_sandbox_id not in self.f.pods:
+            await ctx.abort(grpc.StatusCode.NOT_FOUND, f"pod {req.pod_sandbox_id} not found")
+        return pb.UpdatePodSandboxResourcesResponse()

@@ -23,7 +23,7 @@ from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.transport.grpcrelay import GrpcRelay
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.upstream import Upstream
-from tests.harness import resctrl, sysfs
+from tests.harness import cgroupfs, resctrl, sysfs
 from tests.harness.kubelet import Kubelet
 from tests.harness.loop import LoopThread
 from tests.harness.podspec import ContainerSpec, PodSpec
@@ -46,13 +46,18 @@ GROUP = "sys/fs/resctrl/cri-resmgr."
 
 
 class Node:
-    """The engine on a generated host root with a kernel-like resctrl tree."""
+    """The engine on a generated host root with a kernel-like resctrl tree and cgroup files
+    (tests/harness/cgroupfs.py): v1's blkio hierarchy, or (`cgroup="v2"`) the unified one."""
 
-    def __init__(self, config: str, with_resctrl: bool = True, blkio: bool = True, weight_files: bool = True):
+    def __init__(self, config: str, with_resctrl: bool = True, blkio: bool = True, weight_files: bool = True,
+                 cgroup: str = "v1"):
         self.dir = Path(tempfile.mkdtemp(prefix="crirm-cls-", dir="/tmp"))
         self.root = self.dir / "host"
         sysfs.generate(self.root, cores_per_die=2, threads_per_core=1)
-        if blkio:
+        self.cgroup = cgroup
+        if cgroup == "v2":
+            cgroupfs.build_v2(self.root)
+        elif blkio:
             (self.root / "sys/fs/cgroup/blkio").mkdir(parents=True)
         self.weight_files = weight_files
         if with_resctrl:
@@ -79,17 +84,24 @@ class Node:
         self.kubelet = Kubelet("unix://" + self.sock, cgroup_root="/crirm-fake-nonexistent/kubepods")
 
     def _cgroup(self, cid: str, pid: int, path: str) -> None:
-        """What runc would have made: the container's blkio cgroup with its tasks, and /proc/PID/cgroup."""
+        """What runc would have made: the container's blkio (v2: unified) cgroup with its tasks,
+        and /proc/PID/cgroup. `weight_files`: the kernel has BFQ's weight files."""
+        self.threads[cid] = [pid, pid + 1]
+        tasks = "".join(f"{t}\n" for t in self.threads[cid])
+        (self.root / f"proc/{pid}").mkdir(parents=True)
+        if self.cgroup == "v2":
+            d = cgroupfs.v2_cgroup(self.root, path, bfq=self.weight_files)
+            (d / "cgroup.threads").write_text(tasks)
+            (self.root / f"proc/{pid}/cgroup").write_text(f"0::{path}\n")
+            return
         d = self.root / "sys/fs/cgroup/blkio" / path.strip("/")
         d.mkdir(parents=True)
         for name in ("read_bps", "write_bps", "read_iops", "write_iops"):
             (d / f"blkio.throttle.{name}_device").write_text("")
         if self.weight_files:
-            (d / "blkio.bfq.weight_device").write_text("")
+            (d / "blkio.bfq.weight_device").write_text("default 100\n")
             (d / "blkio.bfq.weight").write_text("100\n")
-        self.threads[cid] = [pid, pid + 1]
-        (d / "tasks").write_text("".join(f"{t}\n" for t in self.threads[cid]))
-        (self.root / f"proc/{pid}").mkdir(parents=True)
+        (d / "tasks").write_text(tasks)
         (self.root / f"proc/{pid}/cgroup").write_text(f"9:blkio:{path}\n4:pids:{path}\n")
 
     def new_thread(self, cid: str) -> int:
@@ -246,17 +258,20 @@ def test_blockio_rules_in_the_containers_cgroup_and_cleared(node_factory):
     n.files.block_device = lambda rel: (8, 16) if rel == "dev/fakedisk" else None  # no mknod in tests
     (n.root / "dev").mkdir(exist_ok=True)
     (n.root / "dev/fakedisk").write_text("")
+    cgroupfs.disk(n.root, "8:16", "bfq")
     n.apply(config)
     cid = n.kubelet.start_pod(pod("be")).container_ids["c"]
     d = n.root / "sys/fs/cgroup/blkio" / n.fake.containers[cid]["cgroups_path"].strip("/")
     assert (d / "blkio.throttle.write_bps_device").read_text() == "8:16 1048576\n"
     n.apply(config.replace("ThrottleWriteBps: 1Mi", "ThrottleReadBps: 2M, Weight: 300"))
     assert (d / "blkio.throttle.read_bps_device").read_text() == "8:16 2000000\n"
-    assert (d / "blkio.bfq.weight_device").read_text() == "8:16 300\n"
+    assert (d / "blkio.bfq.weight_device").read_text() == "default 100\n8:16 300\n"
     assert (d / "blkio.throttle.write_bps_device").read_text() == ""  # cleared: the class no longer has it
-    # Back to no class (the QoS default removed): every rule goes.
+    # Back to no class (the QoS default removed): every rule goes (BFQ's with "8:16 default").
     n.apply(config.replace("  QosClasses: {BestEffort: slow}\n", ""))
-    assert [(d / f).read_text() for f in ("blkio.throttle.read_bps_device", "blkio.bfq.weight_device")] == ["", ""]
+    assert [(d / f).read_text() for f in ("blkio.throttle.read_bps_device", "blkio.bfq.weight_device")] == \
+        ["", "default 100\n"]
+    assert n.ctl.stats().classes.failures["blockio"] == 0
 
 
 def test_an_agent_push_the_hardware_cannot_give_is_rejected_with_the_reason(node_factory):
@@ -277,13 +292,17 @@ def test_missing_cgroup_files_one_warning_and_failures_counted(node_factory, cap
     n.kubelet.start_pod(pod("a"))
     n.kubelet.start_pod(pod("b"))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and _ours(r)]
-    assert len(warnings) == 1 and warnings[0].startswith(
+    assert len(warnings) == 2 and warnings[0].startswith(
         "block I/O: the container cgroups here have no blkio.bfq.weight_device or blkio.weight_device, "
         "blkio.bfq.weight or blkio.weight (first seen in ")
-    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and _ours(r)]
-    assert len(errors) == 2 and all("writing block I/O class w into" in e for e in errors)
+    # The write that needs the file: refused, said once for the class (not per container), counted per container.
+    assert warnings[1].startswith("default/a:c: block I/O class w: the kernel refused '200' into ") and \
+        warnings[1].endswith("/blkio.weight: ENOENT (No such file or directory); the class's other lines are "
+                             "written. Said once per class, file and line; `cri-resmgr status` shows what is "
+                             "refused now")
     stats = n.ctl.stats().classes
     assert stats.assignments == {("blockio", "w"): 2} and stats.failures["blockio"] == 2
+    assert [(r.cls, r.file, r.line, r.containers) for r in stats.refused] == [("w", "blkio.weight", "200", 2)]
 
 
 def test_a_machine_without_blkio_one_warning(node_factory, caplog):

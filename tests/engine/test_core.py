@@ -170,9 +170,10 @@ def test_the_cri_adapter_writes_the_decision_into_the_request_and_maps_refusals(
     asyncio.run(main())
     assert forwarded == [create]  # the refused update never reached the runtime
     assert len(CPUSet(create.config.linux.resources.cpuset_cpus)) == 2
-    assert set(table) == {"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer",
+    assert set(table) == {"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "UpdatePodSandboxResources",
+                          "CreateContainer",
                           "StartContainer", "StopContainer", "RemoveContainer", "UpdateContainerResources",
-                          "ListContainers", "ContainerStatus"}
+                          "ListContainers", "StreamContainers", "ContainerStatus"}
 
 
 def test_a_core_gets_only_the_calls_it_takes() -> None:

@@ -22,6 +22,7 @@ from cri_resmgr.frontend.metrics import EngineCollector
 from cri_resmgr.policy.registry import PolicyInfo, Registry, default_registry
 from cri_resmgr.relay.runtime import CriRuntime
 from cri_resmgr.topology.cpuset import CPUSet
+from cri_resmgr.transport.framerelay.relay import FrameRelay
 from cri_resmgr.transport.grpcrelay import GrpcRelay
 from cri_resmgr.transport.methods import MethodTable
 from cri_resmgr.transport.upstream import Upstream
@@ -35,8 +36,9 @@ STATIC = "policy: {Active: static, ReservedResources: {CPU: 2}}\n"
 
 class Engine:
     def __init__(self, shape: dict, config: str, registry: Registry | None = None, create_delay: float = 0.0,
-                 cgroups=None):
+                 cgroups=None, transport: str = "grpc"):
         self.cgroups = cgroups  # the controller's real-cpuset reader (None: the default)
+        self.transport = transport  # the relay's: "grpc" or "h2" (the frame relay)
         self.dir = Path(tempfile.mkdtemp(prefix="crirm-eng-", dir="/tmp"))
         sysfs.generate(self.dir / "host", **shape)
         self.loop = LoopThread()
@@ -52,7 +54,8 @@ class Engine:
 
         async def start():
             up = Upstream(self.fake.socket_path)
-            relay = GrpcRelay(self.relay_sock, up, up, MethodTable())
+            relay = GrpcRelay(self.relay_sock, up, up, MethodTable()) if self.transport == "grpc" \
+                else FrameRelay(self.relay_sock, self.fake.socket_path, MethodTable())
             ctl = Controller(settings, self.registry, TransportFeed(relay), CriRuntime(up),
                              lambda specs, file, fmt, redact: Dumper(specs, file=file, fmt=fmt, redact=redact),
                              cgroups=self.cgroups)

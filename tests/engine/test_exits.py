@@ -1,4 +1,5 @@
-"""Crash detection's reading of ListContainers and ContainerStatus replies (engine/exits.py)."""
+"""Crash detection's reading of ListContainers, StreamContainers and ContainerStatus replies
+(engine/exits.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr._proto import runtime_v1alpha2_pb2 as pb2
 from cri_resmgr.engine import exits
-from cri_resmgr.transport.contract import ReplyObserver, Request
+from cri_resmgr.transport.contract import ReplyObserver, Request, StreamObserver
 
 EXITED, RUNNING, CREATED, UNKNOWN = (pb.CONTAINER_EXITED, pb.CONTAINER_RUNNING, pb.CONTAINER_CREATED,
                                      pb.CONTAINER_UNKNOWN)
@@ -70,9 +71,11 @@ def test_scan_waits_only_when_there_is_something_to_do():
         seen.append(ids)
         return release(ids) if ids != ["known-released"] else None
 
-    table = exits.interceptors(on_exit)
-    assert set(table) == {"ListContainers", "ContainerStatus"}
-    scan = table["ListContainers"].scan
+    table = exits.interceptors(on_exit, lambda ids: ids)
+    assert set(table) == {"ListContainers", "StreamContainers", "ContainerStatus"}
+    observer = table["ListContainers"]
+    assert isinstance(observer, ReplyObserver)
+    scan = observer.scan
     assert scan(_listed(_container("a", RUNNING))) is None
     assert seen == []  # no exits: the engine is not even asked
     assert scan(_listed(_container("known-released", EXITED))) is None
@@ -104,3 +107,65 @@ def test_observer_as_a_plain_interceptor_forwards_unchanged_and_waits():
                                        forward)))
     assert out is reply
     assert order == ["forward", "scan ['z']", "work"]
+
+
+def _streamed(*containers: pb.Container) -> bytes:
+    return pb.StreamContainersResponse(containers=containers).SerializeToString()
+
+
+def _stream_observer(released: list[list[str]], held: set[str]) -> StreamObserver:
+    async def release(ids: list[str]) -> None:
+        released.append(ids)
+
+    def on_exit(ids: list[str]):
+        return release(ids)
+
+    observer = exits.interceptors(on_exit, lambda ids: [i for i in ids if i in held])["StreamContainers"]
+    assert isinstance(observer, StreamObserver)
+    return observer
+
+
+def test_a_stream_keeps_only_exited_containers_still_held_and_releases_them_once_complete():
+    released: list[list[str]] = []
+    reading = _stream_observer(released, held={"b", "d"}).start()
+    reading.message(_streamed(_container("a", RUNNING), _container("b", EXITED)))
+    reading.message(memoryview(_streamed(_container("c", EXITED), _container("d", EXITED))))
+    reading.message(_streamed(_container("b", EXITED)))  # a runtime repeating one: once
+    reading.message(_streamed())
+    assert released == []  # nothing before the stream is complete
+    pending = reading.complete()
+    assert pending is not None
+    asyncio.run(pending)  # type: ignore[arg-type]
+    assert released == [["b", "d"]]  # "c" exited but holds nothing: never kept
+
+
+def test_a_stream_with_nothing_held_exited_waits_for_nothing():
+    released: list[list[str]] = []
+    reading = _stream_observer(released, held={"x"}).start()
+    reading.message(_streamed(_container("a", RUNNING), _container("b", EXITED)))
+    reading.message(b"\x0a\xff\xff\xff\xff\x0f")  # undecodable: shows no exits
+    assert reading.complete() is None
+
+
+def test_each_stream_has_its_own_reading():
+    released: list[list[str]] = []
+    observer = _stream_observer(released, held={"b"})
+    first, second = observer.start(), observer.start()
+    first.message(_streamed(_container("b", EXITED)))
+    assert second.complete() is None
+
+
+def test_stream_observer_as_a_plain_interceptor_reads_the_one_reply():
+    """What the simulator does with a recorded StreamContainers: one message, complete."""
+    released: list[list[str]] = []
+    reply = pb.StreamContainersResponse(containers=[_container("z", EXITED)])
+
+    async def forward(message):
+        return reply
+
+    observer = _stream_observer(released, held={"z"})
+    request = pb.StreamContainersRequest()
+    out = asyncio.run(observer(Request("StreamContainers", "/runtime.v1.RuntimeService/StreamContainers", request,
+                                       forward)))
+    assert out is reply
+    assert released == [["z"]]

@@ -7,7 +7,8 @@ label selectors and a list resourceVersion; `?watch=1` streams of JSON lines
 sent as HTTP/1.1 chunks, starting from a resourceVersion, with BOOKMARK events
 when asked for, and a 410 Gone ERROR event when the version is too old;
 merge and strategic-merge PATCH with resourceVersion preconditions; POST of
-events. Tests drive the cluster side through the methods (put_configmap,
+Events, core/v1 and events.k8s.io/v1, validated as the real server validates them
+(tests/harness/kube_events.py: 422 Invalid with the real Status body). Tests drive the cluster side through the methods (put_configmap,
 set_node_labels, ...), and simulate outages with down()/up(), watch expiry
 with expire_watches() and compaction with compact().
 
@@ -32,8 +33,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-# (verb, resource, namespace, name) -> allowed; resource is e.g. "nodes/status".
-Authorizer = Callable[[str, str, str, str], bool]
+from tests.harness.kube_events import EVENTS_GROUP, core_to_v1, invalid_status, v1_to_core, validate_event_create
+
+# (verb, API group, resource, namespace, name) -> allowed; the core group is "", resource is
+# e.g. "nodes/status".
+Authorizer = Callable[[str, str, str, str, str], bool]
 
 _NAMESPACED = {"configmaps", "events"}
 _KINDS = {"nodes": "Node", "configmaps": "ConfigMap", "events": "Event"}
@@ -43,15 +47,20 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _ROUTES = [
     (re.compile(r"^/api/v1/(?P<resource>nodes)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$"), False),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>configmaps|events)(?:/(?P<name>[^/]+))?$"), True),
+    (re.compile(r"^/apis/(?P<group>events\.k8s\.io)/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>events)"
+                r"(?:/(?P<name>[^/]+))?$"), True),
 ]
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, body: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        self._body = body
 
     def status(self) -> dict[str, Any]:
+        if self._body is not None:
+            return self._body
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": self.message, "reason": self.reason, "code": self.code}
 
@@ -315,12 +324,14 @@ class FakeKubeAPI:
 
     # ---------------------------------------------------------- serving
 
-    def _authorize(self, verb: str, resource: str, sub: str | None, namespace: str, name: str) -> None:
+    def _authorize(self, verb: str, group: str, resource: str, sub: str | None, namespace: str,
+                   name: str) -> None:
         full = f"{resource}/{sub}" if sub else resource
-        if self.authorizer is not None and not self.authorizer(verb, full, namespace, name):
+        if self.authorizer is not None and not self.authorizer(verb, group, full, namespace, name):
             where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-            raise ApiError(403, "Forbidden", f'{full} is forbidden: User "agent" cannot {verb} '
-                                             f'resource "{full}" in API group ""{where}')
+            qualified = f"{full}.{group}" if group else full
+            raise ApiError(403, "Forbidden", f'{qualified} is forbidden: User "agent" cannot {verb} '
+                                             f'resource "{full}" in API group "{group}"{where}')
 
     def _list(self, resource: str, namespace: str, query: dict[str, str]) -> dict[str, Any]:
         matches = self._matcher(query)
@@ -441,11 +452,15 @@ class FakeKubeAPI:
             _validate_node(new)
             return self._store("nodes", "", new)
 
-    def _create(self, resource: str, namespace: str, body: bytes) -> dict[str, Any]:
+    def _create(self, group: str, resource: str, namespace: str, body: bytes) -> dict[str, Any]:
         try:
             obj = json.loads(body)
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"invalid body: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", "the body must be a JSON object")
+        if group == EVENTS_GROUP:
+            obj = v1_to_core(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             if not meta.get("generateName"):
@@ -454,12 +469,18 @@ class FakeKubeAPI:
         if meta.setdefault("namespace", namespace) != namespace:
             raise ApiError(400, "BadRequest", "the namespace of the provided object does not match "
                                               "the namespace sent on the request")
+        if resource == "events":
+            errors = validate_event_create(obj, namespace, group)
+            if errors:
+                status = invalid_status(group, meta["name"], errors)
+                raise ApiError(422, "Invalid", status["message"], status)
         with self._cond:
             if (resource, namespace, meta["name"]) in self._objects:
                 raise ApiError(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
         obj.setdefault("apiVersion", "v1")
         obj.setdefault("kind", _KINDS[resource])
-        return self._store(resource, namespace, obj)
+        stored = self._store(resource, namespace, obj)
+        return core_to_v1(stored) if group == EVENTS_GROUP else stored
 
     def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         split = urlsplit(handler.path)
@@ -478,6 +499,7 @@ class FakeKubeAPI:
             else:
                 raise ApiError(404, "NotFound", f"the server could not find the requested resource {split.path}")
             resource, name, sub = m.group("resource"), m.group("name") or "", m.groupdict().get("sub")
+            group = m.groupdict().get("group") or ""
             namespace = m.group("ns") if namespaced else ""
             watching = query.get("watch") in ("true", "1")
             verb = {"GET": "watch" if watching else ("get" if name else "list"),
@@ -485,7 +507,9 @@ class FakeKubeAPI:
             record = RequestRecord(method, split.path, query, verb, 200)
             with self._cond:
                 self.requests.append(record)
-            self._authorize(verb, resource, sub, namespace, name)
+            self._authorize(verb, group, resource, sub, namespace, name)
+            if group and verb != "create":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {split.path}")
             if verb == "watch":
                 self._watch(handler, resource, namespace, query)
                 return
@@ -500,7 +524,7 @@ class FakeKubeAPI:
                 _send_json(handler, 200, self._patch(name, sub, handler.headers.get("Content-Type", ""), body))
             elif verb == "create" and resource in _NAMESPACED and not name:
                 record.code = 201
-                _send_json(handler, 201, self._create(resource, namespace, body))
+                _send_json(handler, 201, self._create(group, resource, namespace, body))
             else:
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {split.path}")
         except ApiError as err:
@@ -612,9 +636,9 @@ def _make_handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
 def rbac_authorizer(rules_by_namespace: dict[str, Iterable[dict[str, Any]]],
                     cluster_rules: Iterable[dict[str, Any]]) -> Authorizer:
     """An Authorizer from RBAC PolicyRules: Role rules keyed by their namespace, and ClusterRole rules."""
-    def allowed(rules: Iterable[dict[str, Any]], verb: str, resource: str, name: str) -> bool:
+    def allowed(rules: Iterable[dict[str, Any]], verb: str, group: str, resource: str, name: str) -> bool:
         for rule in rules:
-            if "" not in rule.get("apiGroups", []) and "*" not in rule.get("apiGroups", []):
+            if group not in rule.get("apiGroups", []) and "*" not in rule.get("apiGroups", []):
                 continue
             if resource not in rule.get("resources", []) and "*" not in rule.get("resources", []):
                 continue
@@ -629,9 +653,9 @@ def rbac_authorizer(rules_by_namespace: dict[str, Iterable[dict[str, Any]]],
     cluster = list(cluster_rules)
     namespaced = {ns: list(rules) for ns, rules in rules_by_namespace.items()}
 
-    def authorize(verb: str, resource: str, namespace: str, name: str) -> bool:
-        if allowed(cluster, verb, resource, name):
+    def authorize(verb: str, group: str, resource: str, namespace: str, name: str) -> bool:
+        if allowed(cluster, verb, group, resource, name):
             return True
-        return bool(namespace) and allowed(namespaced.get(namespace, []), verb, resource, name)
+        return bool(namespace) and allowed(namespaced.get(namespace, []), verb, group, resource, name)
 
     return authorize

@@ -13,10 +13,20 @@ and LinuxContainerResources derived from requests and limits
                            "limits": {"cpu": "1", "memory": "64Mi"}}]})
         kubelet.cgroup_files(pod.container_ids["c0"]).cpu_shares()  # 1024
         kubelet.delete_pod(pod)
+
+`kubelet_version="1.36"` makes the calls a kubelet 1.36 makes that older ones do not: at
+start it reads its cgroup driver with RuntimeConfig (kubelet does from 1.31; on
+UNIMPLEMENTED it keeps its configured one, cgroupfs here), and it lists pods and
+containers with StreamPodSandboxes and StreamContainers (KEP-5825, the CRIListStreaming
+gate), falling back to ListPodSandbox and ListContainers for good on the first
+UNIMPLEMENTED, as kubelet does until it restarts. A stream that fails midway is an
+error, its partial list dropped. The driver keeps writing cgroupfs-form cgroup parents
+whatever driver the runtime names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -59,6 +69,8 @@ API_MODULES: dict[str, tuple[ModuleType, ModuleType]] = {
 }
 
 
+KUBELET_MAX_MESSAGE = 16 << 20  # kubelet's grpc.MaxCallRecvMsgSize
+
 @dataclass
 class PodHandle:
     """A pod started by `Kubelet.start_pod`."""
@@ -87,6 +99,7 @@ class Kubelet:
         memory_capacity: int | None = None,
         stop_timeout: int = 2,
         rpc_timeout: float = 60.0,
+        kubelet_version: str = "1.35",
     ) -> None:
         if api_version not in API_MODULES:
             raise ValueError(f"unknown CRI api version {api_version!r} (known: {sorted(API_MODULES)})")
@@ -106,9 +119,35 @@ class Kubelet:
         else:
             self.log_root = Path(log_root)
             self._remove_log_root = None
-        self.channel = grpc.insecure_channel(grpc_target(address))
+        # kubelet's CRI client takes replies of up to 16 MiB (gRPC's default is 4 MiB).
+        self.channel = grpc.insecure_channel(grpc_target(address),
+                                             options=[("grpc.max_receive_message_length", KUBELET_MAX_MESSAGE)])
         self.runtime = stubs.RuntimeServiceStub(self.channel)
         self.images = stubs.ImageServiceStub(self.channel)
+        self.kubelet_version = kubelet_version
+        newer = _minor(kubelet_version) >= 36
+        # Lists with Stream* (None: not tried yet, False: the runtime said UNIMPLEMENTED).
+        self.streams_lists: bool | None = None if newer and api_version == "v1" else False
+        # The cgroup driver and where it came from ("runtime": RuntimeConfig, "config": kubelet's own).
+        self.cgroup_driver, self.cgroup_driver_from = "cgroupfs", "config"
+        if newer and api_version == "v1":
+            try:
+                self._read_cgroup_driver()
+            except BaseException:
+                self.close()
+                raise
+
+    def _read_cgroup_driver(self) -> None:
+        """kubelet's getCgroupDriverFromCRI: RuntimeConfig, its own setting on UNIMPLEMENTED."""
+        try:
+            reply = self.runtime_config()
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return
+        if reply.HasField("linux"):
+            self.cgroup_driver = "systemd" if reply.linux.cgroup_driver == self.pb.CgroupDriver.SYSTEMD else "cgroupfs"
+            self.cgroup_driver_from = "runtime"
 
     def close(self) -> None:
         self.channel.close()
@@ -243,20 +282,116 @@ class Kubelet:
         request = self.pb.UpdateContainerResourcesRequest(container_id=container_id, linux=self.linux_resources(resources))
         self.runtime.UpdateContainerResources(request, timeout=self.rpc_timeout)
 
+    def update_pod_sandbox_resources(self, sandbox_id: str, resources: LinuxResources,
+                                     overhead: LinuxResources | None = None) -> None:
+        """UpdatePodSandboxResources (kubelet 1.33+), as kubelet sends it on a pod resize."""
+        request = self.pb.UpdatePodSandboxResourcesRequest(
+            pod_sandbox_id=sandbox_id, resources=self.linux_resources(resources),
+            overhead=self.linux_resources(overhead) if overhead is not None else self.pb.LinuxContainerResources())
+        self.runtime.UpdatePodSandboxResources(request, timeout=self.rpc_timeout)
+
+    def resize_pod(self, pod: PodHandle, resources: Mapping[str, Mapping[str, str]] | None = None,
+                   containers: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None) -> list[str]:
+        """An in-place resize of a running pod as kubelet 1.36 does it (KEP-1287, and
+        KEP-5419 for pod-level `resources`): UpdatePodSandboxResources before the pod's
+        cgroup grows, after it shrinks, then UpdateContainerResources for each container.
+        Any error of UpdatePodSandboxResources but UNIMPLEMENTED (runtimes before it,
+        containerd 1.6 and 1.7) blocks the resize: raised, nothing else done. A failure
+        after it (a cgroup update, a container's update) is reverted: the pod's cgroup and
+        UpdatePodSandboxResources get the old size again, and the failure is raised.
+        `containers`: new {"requests", "limits"} by container name. Returns the calls
+        made, in order ("UpdatePodSandboxResources", "pod cgroup", "UpdateContainerResources c"...)."""
+        old_spec = pod.spec
+        wanted = containers or {}
+        new_spec = dataclasses.replace(
+            old_spec, resources={k: dict(v) for k, v in (resources or old_spec.resources).items()},
+            containers=[dataclasses.replace(c, requests=dict(wanted.get(c.name, {}).get("requests", c.requests)),
+                                            limits=dict(wanted.get(c.name, {}).get("limits", c.limits)))
+                        for c in old_spec.containers])
+        old, new = sandbox_resources(old_spec), sandbox_resources(new_spec)
+        grows = new.cpu_shares >= old.cpu_shares
+        calls: list[str] = []
+        cgroup_parent = pod_cgroup_parent(old_spec, self.cgroup_root)
+
+        def sandbox(values: LinuxResources) -> None:
+            calls.append("UpdatePodSandboxResources")
+            try:
+                self.update_pod_sandbox_resources(pod.sandbox_id, values)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                    raise
+
+        def pod_cgroup(values: LinuxResources) -> None:
+            calls.append("pod cgroup")
+            _write_pod_cgroup(cgroup_parent, values)
+
+        steps = [lambda: sandbox(new), lambda: pod_cgroup(new)] if grows else [lambda: pod_cgroup(new), lambda: sandbox(new)]
+        steps[0]()  # an error here leaves everything as it was
+        try:
+            steps[1]()
+            for c in new_spec.containers:
+                cid = pod.container_ids.get(c.name)
+                if cid is None:
+                    continue
+                calls.append(f"UpdateContainerResources {c.name}")
+                self.update_container_resources(cid, container_resources(new_spec, c, self.memory_capacity))
+        except (grpc.RpcError, OSError):
+            calls.append("revert")  # kubelet's revert of a failed resize: the old size again
+            try:
+                _write_pod_cgroup(cgroup_parent, old)
+                self.update_pod_sandbox_resources(pod.sandbox_id, old)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                    raise
+            raise
+        pod.spec = new_spec
+        return calls
+
     def stop_pod(self, sandbox_id: str) -> None:
         self.runtime.StopPodSandbox(self.pb.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=self.rpc_timeout)
 
     def remove_pod(self, sandbox_id: str) -> None:
         self.runtime.RemovePodSandbox(self.pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=self.rpc_timeout)
 
+    def runtime_config(self) -> Any:
+        """RuntimeConfigResponse (.linux.cgroup_driver)."""
+        return self.runtime.RuntimeConfig(self.pb.RuntimeConfigRequest(), timeout=self.rpc_timeout)
+
     def list_pods(self, labels: Mapping[str, str] | None = None) -> list[Any]:
-        request = self.pb.ListPodSandboxRequest(filter=self.pb.PodSandboxFilter(label_selector=dict(labels or {})))
+        pod_filter = self.pb.PodSandboxFilter(label_selector=dict(labels or {}))
+        if self.streams_lists is not False:
+            streamed = self._streamed(self.runtime.StreamPodSandboxes,
+                                      self.pb.StreamPodSandboxesRequest(filter=pod_filter), "pod_sandboxes")
+            if streamed is not None:
+                return streamed
+        request = self.pb.ListPodSandboxRequest(filter=pod_filter)
         return list(self.runtime.ListPodSandbox(request, timeout=self.rpc_timeout).items)
 
     def list_containers(self, sandbox_id: str = "", labels: Mapping[str, str] | None = None) -> list[Any]:
         container_filter = self.pb.ContainerFilter(pod_sandbox_id=sandbox_id, label_selector=dict(labels or {}))
+        if self.streams_lists is not False:
+            streamed = self._streamed(self.runtime.StreamContainers,
+                                      self.pb.StreamContainersRequest(filter=container_filter), "containers")
+            if streamed is not None:
+                return streamed
         request = self.pb.ListContainersRequest(filter=container_filter)
         return list(self.runtime.ListContainers(request, timeout=self.rpc_timeout).containers)
+
+    def _streamed(self, call: Any, request: Any, field: str) -> list[Any] | None:
+        """A streamed list, every message's items in order; None (and Stream* given up
+        for good) if the runtime answers UNIMPLEMENTED. A stream that fails midway
+        raises: kubelet drops what it had and lists again at its next relist."""
+        items: list[Any] = []
+        try:
+            for message in call(request, timeout=self.rpc_timeout):
+                items.extend(getattr(message, field))
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED or items:
+                raise
+            self.streams_lists = False
+            return None
+        self.streams_lists = True
+        return items
 
     def pod_status(self, sandbox_id: str, verbose: bool = False) -> Any:
         """The PodSandboxStatusResponse (.status, and .info when verbose)."""
@@ -344,6 +479,22 @@ class Kubelet:
             return config.get("linux", {}).get("cgroup_parent", "")
         except (grpc.RpcError, ValueError):
             return ""
+
+
+def _write_pod_cgroup(cgroup_parent: str, values: LinuxResources) -> None:
+    """What kubelet writes into a pod's cgroup on a resize (cgroup v1 cpu controller;
+    nothing where the runtime made no such directory)."""
+    for d in cgroupfs.cgroup_dirs(cgroup_parent):
+        if (d / "cpu.shares").exists():
+            (d / "cpu.shares").write_text(str(values.cpu_shares))
+            (d / "cpu.cfs_quota_us").write_text(str(values.cpu_quota or -1))
+
+
+def _minor(version: str) -> int:
+    major, _, minor = version.partition(".")
+    if major != "1" or not minor.split(".")[0].isdigit():
+        raise ValueError(f"kubelet_version must be 1.N, got {version!r}")
+    return int(minor.split(".")[0])
 
 
 def _container_hash(spec: ContainerSpec) -> str:

@@ -121,6 +121,8 @@ class PodSpec:
     host_network: bool = True
     termination_grace_period: int = 30
     runtime_handler: str = ""  # RunPodSandbox's: "" is the runtime's default
+    # Pod-level resources (KEP-2837): {"requests": {"cpu": "2"}, "limits": {...}}; {}: none.
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -130,6 +132,16 @@ class PodSpec:
         names = [c.name for c in self.containers]
         if len(set(names)) != len(names):
             raise ValueError(f"pod {self.name!r} has duplicate container names: {names}")
+
+    def pod_limit_values(self) -> dict[str, int]:
+        return _parse_resources(f"pod {self.name!r}", "limits", (self.resources or {}).get("limits") or {})
+
+    def pod_request_values(self) -> dict[str, int]:
+        """Pod-level requests after API-server defaulting (a missing request is its limit)."""
+        requests = _parse_resources(f"pod {self.name!r}", "requests", (self.resources or {}).get("requests") or {})
+        for key, value in self.pod_limit_values().items():
+            requests.setdefault(key, value)
+        return requests
 
     def container(self, name: str) -> ContainerSpec:
         for c in self.containers:
@@ -150,6 +162,8 @@ class PodSpec:
                 flat["host_network"] = bool(spec["hostNetwork"])
             if "terminationGracePeriodSeconds" in spec:
                 flat["termination_grace_period"] = int(spec["terminationGracePeriodSeconds"])
+            if "resources" in spec:
+                flat["resources"] = dict(spec["resources"])
         else:
             flat = dict(d)
         unknown = set(flat) - set(cls.__dataclass_fields__)
@@ -181,9 +195,17 @@ class LinuxResources:
 
 
 def qos_class(pod: PodSpec) -> str:
-    """Kubernetes GetPodQOS, for cpu and memory."""
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
+    """Kubernetes GetPodQOS, for cpu and memory (from the pod-level resources when the
+    pod has them, KEP-2837)."""
+    if pod.resources:
+        requests, limits = pod.pod_request_values(), pod.pod_limit_values()
+        if not requests and not limits:
+            return BESTEFFORT
+        if all(limits.get(k, 0) > 0 and requests.get(k) == limits[k] for k in _RESOURCE_KEYS):
+            return GUARANTEED
+        return BURSTABLE
+    requests = {}
+    limits = {}
     guaranteed = True
     for c in pod.containers:
         for key, value in c.request_values().items():
@@ -263,8 +285,14 @@ def container_resources(pod: PodSpec, container: ContainerSpec, memory_capacity:
 
 
 def sandbox_resources(pod: PodSpec) -> LinuxResources:
-    """kubelet's calculateSandboxResources: the pod's summed requests/limits
-    (a container without a limit simply adds nothing)."""
+    """kubelet's calculateSandboxResources: the pod-level resources when the pod has
+    them (KEP-2837), else the pod's summed requests/limits (a container without a limit
+    simply adds nothing)."""
+    if pod.resources:
+        requests, limits = pod.pod_request_values(), pod.pod_limit_values()
+        shares, quota, period, memory = _linux_resources(requests.get("cpu"), limits.get("cpu", 0),
+                                                         limits.get("memory", 0))
+        return LinuxResources(shares, quota, period, memory, oom_score_adj=0)
     cpu_request: int | None = None
     cpu_limit = memory_limit = 0
     for c in pod.containers:

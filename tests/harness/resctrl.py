@@ -1,5 +1,6 @@
-"""A resctrl tree (and cgroup v1 blkio per-device files) under a test's host root, built and behaving like the kernel's, for
-machines without RDT (these have none).
+"""A resctrl tree under a test's host root, built and behaving like the kernel's, for
+machines without RDT (these have none); cgroup files written through it behave as the
+kernel's too (cgroupfs.write_like_kernel: block I/O rules, weights, v2 cpusets).
 
 `build` lays out `sys/fs/resctrl` as the kernel shows it (info/L3 and info/MB with
 cbm_mask, min_cbm_bits, num_closids, min_bandwidth, bandwidth_gran; the root group's
@@ -19,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from cri_resmgr.classes.hostfs import HostRoot
+from tests.harness import cgroupfs
 
 RESCTRL = "sys/fs/resctrl"
 
@@ -84,8 +86,8 @@ class KernelLike(HostRoot):
     def write(self, rel: str, text: str) -> None:
         self.writes.append((rel, text))
         path = Path(self._path(rel))
-        if path.name.startswith("blkio.throttle.") or path.name.endswith("weight_device"):
-            return self._device_rule(path, text)
+        if cgroupfs.write_like_kernel(Path(self.root), path, text):
+            return None
         if path.parent == self._resctrl() or path.parent.parent == self._resctrl():
             if path.name == "schemata":
                 return self._schemata(path, text)
@@ -115,16 +117,6 @@ class KernelLike(HostRoot):
                 current[kind][i] = v
         path.write_text("".join(kind + ":" + ";".join(f"{i}={v}" for i, v in sorted(values.items())) + "\n"
                                 for kind, values in current.items()))
-
-    @staticmethod
-    def _device_rule(path: Path, text: str) -> None:
-        """A cgroup v1 per-device file: one "MAJ:MIN VALUE" per write; 0 removes the device's rule."""
-        dev, value = text.split()
-        rules = dict(line.split() for line in path.read_text().splitlines() if line.strip())
-        rules.pop(dev, None)
-        if int(value):
-            rules[dev] = value
-        path.write_text("".join(f"{d} {v}\n" for d, v in sorted(rules.items())))
 
     def _task(self, path: Path, text: str) -> None:
         tid = int(text.strip())  # one per write, as the kernel takes them

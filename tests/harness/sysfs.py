@@ -14,6 +14,8 @@ The tree follows the kernel:
   (`online`, `nodeN` link, `topology/{physical_package_id,die_id,core_id,
   thread_siblings_list,core_siblings_list}`): file creation is
   what makes big trees slow to generate;
+* an L3 cache (`cache/index3/{level,type,shared_cpu_list,size}`) only when
+  asked (`l3="package"`, `"die"` or `"node"`: the CPUs that share one);
 * node distances follow the usual firmware tables: 10 local, 11 same socket,
   21 other socket; memory-only node i (ids after the CPU nodes) hangs off
   socket i % sockets: 17 from that socket's CPU nodes, 28 elsewhere.
@@ -44,6 +46,8 @@ from cri_resmgr.topology.cpuset import CPUSet, format_cpulist
 __all__ = ["generate", "fake_topology", "Layout", "layout"]
 
 Numbering = Literal["linear", "interleaved"]
+L3Span = Literal["package", "die", "node"]
+L3_SIZE = "32768K"
 
 LOCAL, SAME_SOCKET, OTHER_SOCKET = 10, 11, 21
 MEM_ONLY_NEAR, MEM_ONLY_FAR = 17, 28
@@ -172,12 +176,14 @@ def generate(
     memory_only_nodes: int = 0,
     mem_per_node_kb: int = DEFAULT_MEM_PER_NODE_KB,
     memory_only_kb: int | None = None,
+    l3: L3Span | None = None,
 ) -> Layout:
     """Write a sysfs tree for the described machine under `root`; return its Layout.
 
     `root` is a host root: pass the same path to `topology.discover`.
     `offline` and `isolated` are CPU ids (or CPUSets); `memory_only_kb`
-    defaults to four times `mem_per_node_kb`.
+    defaults to four times `mem_per_node_kb`; `l3` names what one L3 cache spans
+    (None: no cache directories).
     """
     shape = layout(
         sockets, cores_per_die, threads_per_core, dies_per_socket,
@@ -188,7 +194,7 @@ def generate(
         memory_only_kb = 4 * mem_per_node_kb
 
     sysdir = Path(root) / "sys" / "devices" / "system"
-    _write_cpus(sysdir / "cpu", shape, all_cpus, online, offline_set, isolated_set)
+    _write_cpus(sysdir / "cpu", shape, all_cpus, online, offline_set, isolated_set, l3)
     _write_nodes(sysdir / "node", shape, online, mem_per_node_kb, memory_only_kb)
     return shape
 
@@ -255,7 +261,7 @@ def _cpu_states(shape: Layout, offline: Iterable[int], isolated: Iterable[int]):
 
 
 def _write_cpus(cpu_dir: Path, shape: Layout, all_cpus: CPUSet, online: CPUSet,
-                offline: CPUSet, isolated: CPUSet) -> None:
+                offline: CPUSet, isolated: CPUSet, l3: L3Span | None = None) -> None:
     cpu_dir.mkdir(parents=True, exist_ok=True)
     _put(cpu_dir / "possible", str(all_cpus))
     _put(cpu_dir / "present", str(all_cpus))
@@ -266,10 +272,13 @@ def _write_cpus(cpu_dir: Path, shape: Layout, all_cpus: CPUSet, online: CPUSet,
 
     core_cpus: dict[tuple[int, int], list[int]] = {}
     socket_cpus: dict[int, list[int]] = {}
+    l3_cpus: dict[tuple[int, ...], list[int]] = {}
     for p in shape.places:
         if p.cpu in online:
             core_cpus.setdefault((p.socket, p.core_index), []).append(p.cpu)
             socket_cpus.setdefault(p.socket, []).append(p.cpu)
+            if l3 is not None:
+                l3_cpus.setdefault(_l3_key(p, l3), []).append(p.cpu)
     for p in shape.places:
         cdir = cpu_dir / f"cpu{p.cpu}"
         cdir.mkdir(exist_ok=True)
@@ -291,6 +300,17 @@ def _write_cpus(cpu_dir: Path, shape: Layout, all_cpus: CPUSet, online: CPUSet,
         # the file count, and creating files dominates generation time.
         _put(topo / "thread_siblings_list", format_cpulist(siblings))
         _put(topo / "core_siblings_list", format_cpulist(package))
+        if l3 is not None:
+            index = cdir / "cache" / "index3"
+            index.mkdir(parents=True, exist_ok=True)
+            _put(index / "level", "3")
+            _put(index / "type", "Unified")
+            _put(index / "shared_cpu_list", format_cpulist(l3_cpus[_l3_key(p, l3)]))
+            _put(index / "size", L3_SIZE)
+
+
+def _l3_key(p: CPUPlace, l3: L3Span) -> tuple[int, ...]:
+    return {"package": (p.socket,), "die": (p.socket, p.die), "node": (p.node,)}[l3]
 
 
 def _write_nodes(node_dir: Path, shape: Layout, online: CPUSet,

@@ -35,6 +35,17 @@ from cri_resmgr.nri.plugin import PLUGIN_SERVICE, RUNTIME_SERVICE
 
 REQUEST_TIMEOUT_MS = 10_000
 
+# What the double says it is in Configure, and which events it knows, by `mode`:
+# "0.10": NRI v0.10 (this double's default); "0.12": containerd 2.3 (NRI v0.12: the NRI
+# versions exchanged, every event its own RPC, UpdatePodSandbox); "2.1.9": containerd 2.1.9,
+# which knows the events up to RemoveContainer and refuses a plugin whose mask has more
+# ("invalid plugin events: 0x1800" for UpdatePodSandbox and PostUpdatePodSandbox).
+MODES: dict[str, tuple[str, str, str, int]] = {  # mode: runtime name, version, NRI version, events known
+    "0.10": ("double", "1.0", "v0.10.0", (1 << api.LAST - 1) - 1),
+    "0.12": ("containerd", "2.3.0", "v0.12.0", (1 << api.LAST - 1) - 1),
+    "2.1.9": ("containerd", "2.1.9", "", (1 << api.REMOVE_CONTAINER) - 1),
+}
+
 
 @dataclass
 class Session:
@@ -43,6 +54,7 @@ class Session:
     tasks: list[asyncio.Task[None]]
     registered: api.RegisterPluginRequest | None = None
     configured: api.ConfigureResponse | None = None
+    refused: str | None = None  # why the runtime closed the plugin after Configure (an unknown event)
     synchronized: api.SynchronizeResponse | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     # time.perf_counter() at: "registered" (RegisterPlugin received), "configured" (Configure's
@@ -52,8 +64,9 @@ class Session:
 
 
 class RuntimeDouble:
-    def __init__(self, socket_path: str, sync_parts: int = 1):
+    def __init__(self, socket_path: str, sync_parts: int = 1, mode: str = "0.10"):
         self.socket_path = socket_path
+        self.mode = mode  # see MODES
         self.pods: dict[str, api.PodSandbox] = {}
         self.containers: dict[str, api.Container] = {}
         self.unsolicited: list[api.ContainerUpdate] = []
@@ -115,12 +128,19 @@ class RuntimeDouble:
         """What the runtime does once a plugin registered: Configure, then Synchronize."""
         # A generous request timeout (runtimes let it be configured): on this loaded shared
         # machine the tests must not depend on the plugin answering within NRI's 2 s default.
-        cfg = api.ConfigureRequest(runtime_name="double", runtime_version="1.0", registration_timeout=5000,
+        name, version, nri, known = MODES[self.mode]
+        cfg = api.ConfigureRequest(runtime_name=name, runtime_version=version, registration_timeout=5000,
                                    request_timeout=REQUEST_TIMEOUT_MS,
-                                   NRI_version="v0.10.0" if self.send_synchronize else "",
+                                   NRI_version=nri if self.send_synchronize else "",
                                    config=self.plugin_config)
         session.configured = await self._call(session, "Configure", cfg, api.ConfigureResponse)
         self._mark(session, "configured")
+        unknown = session.configured.events & ~known
+        if unknown:  # as containerd 2.1.9 does: the plugin is closed, never synchronized
+            session.refused = f"invalid plugin events: 0x{unknown:x}"
+            session.mux.close()
+            session.ready.set()
+            return
         if not self.send_synchronize:
             session.ready.set()
             return
@@ -266,6 +286,19 @@ class RuntimeDouble:
             if u.container_id == cid:
                 c.linux.resources.MergeFrom(u.linux.resources)
         self._apply_updates([u for u in reply.update if u.container_id != cid])
+        return reply
+
+    async def resize_pod(self, pod_id: str, resources: api.LinuxResources) -> api.UpdatePodSandboxResponse:
+        """kubelet's UpdatePodSandboxResources as containerd 2.2+ passes it on (NRI v0.10+):
+        UpdatePodSandbox, to a plugin subscribed to it; the pod's resources change once the
+        plugin answered (a plugin's error fails the call: raised, nothing changed)."""
+        p = self.pods[pod_id]
+        reply = api.UpdatePodSandboxResponse()
+        configured = self.session.configured
+        if configured is not None and configured.events & (1 << (api.UPDATE_POD_SANDBOX - 1)):
+            reply = await self.call("UpdatePodSandbox", api.UpdatePodSandboxRequest(
+                pod=p, linux_resources=resources), api.UpdatePodSandboxResponse)
+        p.linux.pod_resources.CopyFrom(resources)
         return reply
 
     def _apply_updates(self, updates: list[api.ContainerUpdate]) -> None:

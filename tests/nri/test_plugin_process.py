@@ -16,7 +16,7 @@ import pytest
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr.nri import ttrpc
-from cri_resmgr.nri.hooks import event_mask
+from cri_resmgr.nri.hooks import EVENTS, POD_RESIZE_EVENTS, event_mask
 from cri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, frame
 from cri_resmgr.nri.plugin import PLUGIN_SERVICE
 from cri_resmgr.topology.cpuset import CPUSet
@@ -79,7 +79,8 @@ def test_static_policy_places_and_releases_through_nri(workdir: Path) -> None:
         session = await double.wait_ready()
         assert session.registered is not None
         assert (session.registered.plugin_name, session.registered.plugin_idx) == ("cri-resmgr", "90")
-        assert session.configured is not None and session.configured.events == event_mask()
+        # The double says NRI v0.10: UpdatePodSandbox is asked for too.
+        assert session.configured is not None and session.configured.events == event_mask(EVENTS + POD_RESIZE_EVENTS)
         # Synchronize: the running container was adopted into the shared pool.
         shared = cpus(double.cpus("a1"))
         assert shared == ONLINE  # the static policy's shared pool includes the reserved CPU

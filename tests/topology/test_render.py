@@ -5,7 +5,7 @@ import json
 from cri_resmgr.topology import discover
 from cri_resmgr.topology.render import render_json, render_text, to_document
 from tests.harness import sysfs_classes as classes
-from tests.harness.sysfs import fake_topology
+from tests.harness.sysfs import fake_topology, generate
 from tests.harness.sysfs_classes import write_machine
 
 
@@ -61,3 +61,24 @@ def test_json_is_plain_data_with_null_for_unknown(tmp_path):
     assert doc["groups"]["die"] == [] and len(doc["groups"]["l3"]) == 16
     assert doc["nodes"][1]["distances"]["0"] == 16 and doc["nodes"][1]["kind"] == "dram"
     assert doc["warnings"] == []
+
+
+def test_an_l3_spanning_the_socket_shows_as_one_cache_under_each_node(tmp_path):
+    """2 sockets of 2 NUMA nodes each, one L3 per socket (issue 33.3): under each node the
+    text shows the socket's cache, as the kernel and -o json do, not the node's part as its own."""
+    generate(tmp_path, sockets=2, cores_per_die=4, threads_per_core=2, numa_per_socket=2, l3="package")
+    topo = discover(tmp_path)
+    assert to_document(topo)["groups"]["l3"] == ["0-7", "8-15"]  # type: ignore[index]
+    lines = render_text(topo).splitlines()
+    l3_lines = [line.strip() for line in lines if line.strip().startswith("L3 ")]
+    assert l3_lines == ["L3 0-7 (32.0 MiB, shared by NUMA nodes 0-1)"] * 2 + \
+        ["L3 8-15 (32.0 MiB, shared by NUMA nodes 2-3)"] * 2
+    node1 = lines.index(next(line for line in lines if line.strip().startswith("NUMANode 1 ")))
+    assert [line.strip() for line in lines[node1 + 1:node1 + 4]] == [
+        "L3 0-7 (32.0 MiB, shared by NUMA nodes 0-1)", "Core 2: CPU 4, CPU 5", "Core 3: CPU 6, CPU 7"]
+
+
+def test_an_l3_of_the_node_alone_says_nothing_more(tmp_path):
+    generate(tmp_path, sockets=1, cores_per_die=4, threads_per_core=1, numa_per_socket=2, l3="node")
+    l3_lines = [line.strip() for line in render_text(discover(tmp_path)).splitlines() if "L3 " in line]
+    assert l3_lines == ["L3 0-1 (32.0 MiB)", "L3 2-3 (32.0 MiB)"]

@@ -2,7 +2,11 @@
 
 Tests of the relay against the real containerd live in test_relay_containerd.py;
 this one only answers what a real runtime cannot be made to do on demand:
-trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines.
+trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines,
+replies of a chosen size (`replies`: thousands of containers without creating them),
+and the calls of kubelets newer than the containerd releases here: StreamContainers and
+StreamPodSandboxes (KEP-5825), streamed as `streamed` says, or UNIMPLEMENTED as
+containerd 1.6-2.1 answer them (`streaming = False`), and RuntimeConfig.
 """
 
 from __future__ import annotations
@@ -29,6 +33,22 @@ class FakeRuntime:
         self.seen_metadata: dict[str, str] = {}
         self.seen_remaining: float | None = None
         self.requests: dict[str, bytes] = {}
+        # Method name -> the serialized reply it answers with (instead of the echo).
+        self.replies: dict[str, bytes] = {}
+        self.unimplemented: set[str] = set()  # paths answered UNIMPLEMENTED, as by a runtime without them
+        # StreamContainers / StreamPodSandboxes: the messages each call streams (serialized
+        # StreamContainersResponse / StreamPodSandboxesResponse), then OK; `stream_fails` after
+        # that many messages, the runtime aborts the stream with UNAVAILABLE instead; with
+        # `stream_gate` set, it waits on it before each message after the first (a test cancels
+        # meanwhile); `streaming = False`: UNIMPLEMENTED, as containerd before streaming.
+        self.streaming = True
+        self.streamed: dict[str, list[bytes]] = {"StreamContainers": [], "StreamPodSandboxes": []}
+        self.stream_fails: int | None = None
+        self.stream_gate: asyncio.Event | None = None
+        self.stream_cancelled = asyncio.Event()
+        # RuntimeConfig's reply (kubelet reads its cgroup driver from it); None: UNIMPLEMENTED.
+        self.runtime_config: pb.RuntimeConfigResponse | None = pb.RuntimeConfigResponse(
+            linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CgroupDriver.CGROUPFS))
 
     async def start(self) -> None:
         self.server = grpc.aio.server(options=(
@@ -64,6 +84,10 @@ class _Handlers(grpc.GenericRpcHandler):
             ctx.set_trailing_metadata((("x-echo-len", str(len(req))),))
             return req
 
+        async def canned(req: bytes, ctx):
+            f.requests[name] = req
+            return f.replies[name.rpartition("/")[2]]
+
         async def not_found(req: bytes, ctx):
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container \"abc\" not found",
                             (("x-reason", "gone"),))
@@ -85,6 +109,29 @@ class _Handlers(grpc.GenericRpcHandler):
             return pb.ListContainersResponse(containers=[
                 pb.Container(id=f"{i:064d}", labels={"pad": "x" * 1000}) for i in range(n)]).SerializeToString()
 
+        async def streamed(req: bytes, ctx):
+            f.requests[name] = req
+            try:
+                for i, message in enumerate(f.streamed[name[len(V1):]]):
+                    if i == f.stream_fails:
+                        await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: the runtime lost its listing")
+                    if i and f.stream_gate is not None:
+                        await f.stream_gate.wait()
+                    yield message
+            except asyncio.CancelledError:
+                f.stream_cancelled.set()
+                raise
+
+        async def runtime_config(req: bytes, ctx):
+            f.requests[name] = req
+            return f.runtime_config.SerializeToString()
+
+        if name.rpartition("/")[2] in f.replies:
+            return grpc.unary_unary_rpc_method_handler(canned)
+        if name in (V1 + "StreamContainers", V1 + "StreamPodSandboxes"):
+            return grpc.unary_stream_rpc_method_handler(streamed) if f.streaming else None
+        if name == V1 + "RuntimeConfig":  # None: UNIMPLEMENTED, as containerd 1.6 and 1.7
+            return grpc.unary_unary_rpc_method_handler(runtime_config) if f.runtime_config is not None else None
         if name == V1 + "Version":
             return grpc.unary_unary_rpc_method_handler(version)
         if name == V1 + "ContainerStatus":
@@ -106,6 +153,6 @@ class _Handlers(grpc.GenericRpcHandler):
             return grpc.unary_unary_rpc_method_handler(half_second)
         if name == "/test.Big/List":
             return grpc.unary_unary_rpc_method_handler(big)
-        if name.startswith("/runtime.v1.RuntimeService/Unknown"):
+        if name.startswith("/runtime.v1.RuntimeService/Unknown") or name in f.unimplemented:
             return None  # UNIMPLEMENTED by gRPC itself
         return grpc.unary_unary_rpc_method_handler(echo)

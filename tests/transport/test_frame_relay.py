@@ -373,3 +373,28 @@ def test_compressed_intercepted_request_is_refused_with_a_reason(make):
         assert "compressed" in e.value.details()
         # Passthrough calls are not read, so compression is the runtime's business.
         assert gz.unary_unary(V1 + "Echo")(b"q" * 5000, timeout=10) == b"q" * 5000
+
+
+def test_an_interceptor_sees_the_runtimes_status_even_when_a_reset_follows_it(make):
+    """A gRPC server answers a method it does not have before reading the request, then
+    resets the stream (containerd 1.6 on kubelet's UpdatePodSandboxResources): the
+    interceptor's forward raises that status, not CANCELLED for the reset."""
+    path = V1 + "UpdatePodSandboxResources"
+    seen: list[grpc.StatusCode] = []
+
+    async def forward(req):
+        try:
+            return await req.forward(req.message)
+        except grpc.aio.AioRpcError as e:
+            seen.append(e.code())
+            raise
+
+    s = make(interceptors={"UpdatePodSandboxResources": forward})
+    s.fake.unimplemented.add(path)
+    body = pb.UpdatePodSandboxResourcesRequest(pod_sandbox_id="p" * 64,
+                                               resources=pb.LinuxContainerResources(cpu_shares=2048)).SerializeToString()
+    for _ in range(30):
+        with pytest.raises(grpc.RpcError) as e:
+            s.call(path, body, timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert seen == [grpc.StatusCode.UNIMPLEMENTED] * 30

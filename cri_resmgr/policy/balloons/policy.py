@@ -24,7 +24,10 @@ from cri_resmgr.policy.balloons.restore import BalloonsRules
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import CpuClassLayout
+from cri_resmgr.policy.irqs import Intent, Selection
 from cri_resmgr.policy.pools import checked_cpus
+from cri_resmgr.policy.schedclass import Choice
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology.cpuallocator import AllocationError
 from cri_resmgr.topology.cpuset import CPUSet
@@ -46,6 +49,7 @@ class BalloonsPolicy:
             raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
                                    "reserved; none left for balloons")
         self._topology = context.topology
+        self._available = available
         self._restoring = False
         self._moved: tuple[set[Balloon], list[str]] = (set(), [])
         self._book = Book(self._config, Nearness(context.topology, reserved), assignable, reserved)
@@ -289,6 +293,15 @@ class BalloonsPolicy:
     def book(self) -> Book:
         return self._book
 
+    def cpu_classes(self) -> CpuClassLayout:
+        """The configuration's CPU classes and which CPUs get which (policy/cpuclasses.py): a
+        balloon's CPUs its type's CPUClass (a dedicated container's too), the CPUs in no
+        balloon IdleCPUClass. A type's CPUClass without CPUClasses does nothing, as before."""
+        classes = self._config.cpu_classes
+        kinds = {t.name: t.cpu_class for t in self._config.types if t.cpu_class and t.cpu_class in classes}
+        return CpuClassLayout(classes=classes, kinds=kinds, rest=self._config.idle_cpu_class,
+                              cpus=self._available, exclusive_in_pool=True, annotations=False)
+
     def usage(self) -> PolicyUsage:
         book = self._book
         pools = []
@@ -306,6 +319,36 @@ class BalloonsPolicy:
                 kept=b.type.min_cpus))
         members = {b.name: len(b.members) for b in book.balloons.values()}
         return PolicyUsage(tuple(pools), book.free, exclusive, members)
+
+    # -- scheduling classes and interrupts (policy/tuning.py's Tuned) ----------------------
+
+    @property
+    def tunes(self) -> bool:
+        return bool(self._config.sched.classes or self._config.irqs)
+
+    def scheduling_class(self, workload: Workload) -> Choice:
+        """The annotation's class, else its balloon type's SchedulingClass (the type it
+        would get, before it is placed)."""
+        b = self._book.member.get(workload.key)
+        t = b.type if b is not None else type_for(self._config, workload, bool(self._book.reserved))[0]
+        return self._config.sched.choose(workload, t.tuning.sched_class)
+
+    def irq_intent(self) -> Intent:
+        """Isolating balloons' CPUs avoided by every controllable IRQ; a sinking type's
+        claimed IRQs on its balloons' CPUs (an IRQ two types claim: the first type's)."""
+        irqs = self._config.irqs
+        if not irqs:
+            return Intent()
+        avoid = CPUSet()
+        sinks: dict[str, tuple[Selection, CPUSet]] = {}
+        for b in sorted(self._book.balloons.values(), key=lambda b: b.type.order):
+            tuning = b.type.tuning
+            if tuning.irq_mode == "isolate":
+                avoid = avoid | b.cpus
+            elif tuning.irq_mode == "sink" and b.cpus:
+                claim, cpus = sinks.get(b.type.name, (tuning.irq_claim, CPUSet()))
+                sinks[b.type.name] = (claim, cpus | b.cpus)
+        return Intent(controllable=irqs, avoid=avoid, sinks=tuple(sinks.values()))
 
     def _hidden(self, b: Balloon) -> CPUSet:
         """A HideHyperthreads balloon's sibling threads: its own (a whole core is the

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import CpuClassLayout
 from cri_resmgr.policy.pools import POOL_RESERVED, checked_cpus
 from cri_resmgr.policy.resize import refusal
 from cri_resmgr.policy.topology_aware.affinity import AffinityIndex, pool_scores, reads_per_container
@@ -25,6 +27,7 @@ from cri_resmgr.policy.topology_aware.options import NAME, parse_options
 from cri_resmgr.policy.topology_aware.placement import Placer
 from cri_resmgr.policy.topology_aware.pooltree import PoolTree, build_tree
 from cri_resmgr.policy.topology_aware.restore import TopologyAwareRules
+from cri_resmgr.policy.tuning import ExclusiveTuning
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuallocator import CPUAllocator
@@ -37,11 +40,12 @@ K = TypeVar("K")
 COLOCATE_WEIGHT = 1000  # ColocatePods / ColocateNamespaces: above any annotation's usual weights
 
 
-class TopologyAwarePolicy:
+class TopologyAwarePolicy(ExclusiveTuning):
     name = NAME
 
     def __init__(self, context: PolicyContext, clock: Callable[[], float] = time.time) -> None:
         self._options = parse_options(context.options)
+        self._parse_tuning(context.options, f"policy.{NAME}")  # scheduling classes, interrupts
         available, reserved = checked_cpus(context)
         self._topology = context.topology
         self._reserved = reserved
@@ -189,6 +193,11 @@ class TopologyAwarePolicy:
     def assignment(self, key: str) -> Assignment | None:
         m = self._book.members.get(key)
         return None if m is None else _assignment(m)
+
+    def cpu_classes(self) -> CpuClassLayout:
+        """The configuration's CPU classes and which CPUs get which (policy/cpuclasses.py):
+        every CPU of the tree not held exclusively nor reserved is `SharedPoolCPUClass`'s."""
+        return replace(self._options.cpu_classes, cpus=self._tree.root.cpus)
 
     def usage(self) -> PolicyUsage:
         book = self._book

@@ -14,6 +14,9 @@ what it must:
   interceptor's error);
 * for an observed call (a `ReplyObserver` entry: crash detection), a copy of
   the reply for the observer's scan; the status waits only for work it returns;
+* for an observed stream (a `StreamObserver` entry: StreamContainers), each reply
+  message for the call's reading as it passes, never held back; the reading is
+  completed only by an OK status, and the status waits only for work it returns;
 * for a dumped call, copies of its messages and its final status.
 
 Both ends are told (through the SETTINGS frames passing by) to use no HPACK

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Final, Literal, TypeAlias
 
 import grpc
 from google.protobuf.message import Message
 
 from cri_resmgr.transport.callstats import MethodStats
-from cri_resmgr.transport.contract import DumpSink, Interceptor, ReplyScan
+from cri_resmgr.transport.contract import DumpSink, Interceptor, ReplyScan, StreamReading
 from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.methods import Method
 
@@ -33,6 +34,7 @@ DUMP: Final = 1
 INTERCEPT: Final = 2
 REFUSE: Final = 3
 OBSERVE: Final = 4
+OBSERVE_STREAM: Final = 5
 
 
 class PassRoute:
@@ -104,7 +106,24 @@ class ObserveRoute:
         self.stats: MethodStats | None = None
 
 
-Route: TypeAlias = PassRoute | RefuseRoute | DumpRoute | InterceptRoute | ObserveRoute
+class ObserveStreamRoute:
+    """The path's calls (server-streaming) go through unread; each reply message is also
+    handed to a reading that `start` makes per call (a StreamObserver). `dump`: the
+    calls are dumped as well, as that route dumps them."""
+
+    __slots__ = ("kind", "path", "method", "start", "dump", "stats")
+
+    def __init__(self, path: str, method: Method, start: Callable[[], StreamReading],
+                 dump: DumpRoute | None) -> None:
+        self.kind: Literal[5] = OBSERVE_STREAM
+        self.path = path
+        self.method = method
+        self.start = start
+        self.dump = dump
+        self.stats: MethodStats | None = None
+
+
+Route: TypeAlias = PassRoute | RefuseRoute | DumpRoute | InterceptRoute | ObserveRoute | ObserveStreamRoute
 
 
 # -- per-stream state for the calls the relay looks into ----------------------------------
@@ -179,7 +198,7 @@ class Observed:
 
     __slots__ = ("route", "sid", "reply", "reserved", "overflow", "held", "task", "settled")
 
-    def __init__(self, route: ObserveRoute, sid: int):
+    def __init__(self, route: ObserveRoute | ObserveStreamRoute, sid: int):
         self.route = route
         self.sid = sid
         self.reply = bytearray()  # the reply's DATA payloads
@@ -193,7 +212,22 @@ class Observed:
         return self.settled
 
 
-# The state of a stream the relay looks into (Connection.streams).
+class ObservedStream(Observed):
+    """A passed-through server-streamed call whose reply messages are read one by one as
+    they pass: `reply` holds only the part of a message that came so far. `overflow`:
+    a message could not be read (too large for the held budget or the message limit,
+    compressed, or the reading failed on it): the stream is no longer read, and its
+    reading is never completed. `dumped`: the call's dump, when it is dumped too."""
+
+    __slots__ = ("reading", "dumped")
+
+    def __init__(self, route: ObserveStreamRoute, sid: int, reading: StreamReading, dumped: Dumped | None):
+        super().__init__(route, sid)
+        self.reading = reading
+        self.dumped = dumped
+
+
+# The state of a stream the relay looks into (Connection.streams); an ObservedStream is an Observed.
 StreamState: TypeAlias = Dumped | Intercepted | Observed
 
 

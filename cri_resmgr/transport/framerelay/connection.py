@@ -15,16 +15,19 @@ from cri_resmgr.transport.framerelay import frames as h2
 from cri_resmgr.transport.framerelay.calls import (
     DUMP,
     OBSERVE,
+    OBSERVE_STREAM,
     PASS,
     REFUSE,
     Dumped,
     Intercepted,
     Observed,
+    ObservedStream,
     StreamState,
 )
 from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
 from cri_resmgr.transport.framerelay.intercepting import InterceptedCalls
 from cri_resmgr.transport.framerelay.observing import ObservedCalls
+from cri_resmgr.transport.refusals import too_large
 
 if TYPE_CHECKING:
     from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -265,8 +268,10 @@ class Connection(InterceptedCalls, ObservedCalls):
                             self.pause_client(True, "runtime window")
                             break
                         self.runtime_window -= length
-                        if isinstance(st, Dumped):
-                            st.request_data(h2.data_payload(flags, bytes(src[pos + 9:end])))
+                        if st is not None:
+                            dumped = st.dumped if isinstance(st, ObservedStream) else st
+                            if isinstance(dumped, Dumped):
+                                dumped.request_data(h2.data_payload(flags, bytes(src[pos + 9:end])))
                     else:
                         if st is not None:
                             self._client_data(st, sid, flags, bytes(src[pos + 9:end]), length)
@@ -345,6 +350,10 @@ class Connection(InterceptedCalls, ObservedCalls):
         if route.kind == OBSERVE:
             self.streams[sid] = Observed(route, sid)
             return b""
+        if route.kind == OBSERVE_STREAM:
+            dumped = Dumped(route.dump, self.relay.call_id(), self.limits.max_message) if route.dump else None
+            self.streams[sid] = ObservedStream(route, sid, route.start(), dumped)
+            return b""
         if route.kind == DUMP:
             self.streams[sid] = Dumped(route, self.relay.call_id(), self.limits.max_message)
             return b""
@@ -390,7 +399,7 @@ class Connection(InterceptedCalls, ObservedCalls):
                 limit = self.limits.max_message
                 if size - 5 > limit:
                     self._refuse_request(st, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                         f"cri-resmgr: received message larger than max ({size - 5} vs. {limit})")
+                                         too_large(size - 5, limit))
                     return False
                 if not self.relay.held.take(size):
                     self._refuse_request(st, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -431,6 +440,8 @@ class Connection(InterceptedCalls, ObservedCalls):
             self._drop_runtime_frames(sid)
         elif isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "cancelled by the client")
+        elif isinstance(st, ObservedStream) and st.dumped is not None and st not in self._ready:
+            st.dumped.finish(grpc.StatusCode.CANCELLED, "cancelled by the client")
         self._end(sid)  # an observed call's held status still goes out, in order (HPACK)
 
     # -- runtime -> client --------------------------------------------------------------
@@ -575,6 +586,8 @@ class Connection(InterceptedCalls, ObservedCalls):
         if isinstance(st, Observed):
             if status is None:
                 return True  # the reply's headers
+            if isinstance(st, ObservedStream) and st.dumped is not None:
+                st.dumped.finish(*status)
             return self._observed_status(st, status[0], frame if holder is None else None)
         if isinstance(st, Intercepted) and not st.finished:
             if status is not None:
@@ -617,7 +630,9 @@ class Connection(InterceptedCalls, ObservedCalls):
             if st in self._ready:  # after the held status, in order
                 st.held.append(frame)
                 return False
-            self._end(sid)
+            if isinstance(st, ObservedStream) and st.dumped is not None:
+                st.dumped.finish(grpc.StatusCode.CANCELLED, "stream reset by the runtime")
+            self._end(sid)  # a streamed reply cut short is never completed
             return True
         if isinstance(st, Dumped):
             st.finish(grpc.StatusCode.CANCELLED, "stream reset by the runtime")

@@ -96,7 +96,9 @@ class InterceptedCalls:
         await st.done
         if self.closed:
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "cri-resmgr: connection to the runtime closed", False)
-        if st.reset:
+        # A reset after the runtime's status does not change it: a gRPC server that answers
+        # before reading the request (containerd 1.6's UNIMPLEMENTED) resets the stream after.
+        if st.reset and st.status is None:
             raise UpstreamError(grpc.StatusCode.CANCELLED, "cri-resmgr: the runtime reset the call")
         code, details = st.status or (grpc.StatusCode.UNKNOWN, "no status from the runtime")
         if code != grpc.StatusCode.OK:

@@ -20,15 +20,18 @@ from cri_resmgr.transport.contract import (
     InterceptionTable,
     Keep,
     ReplyObserver,
+    StreamObserver,
     TransportStats,
 )
 from cri_resmgr.transport.framerelay.calls import (
     INTERCEPT,
     OBSERVE,
+    OBSERVE_STREAM,
     REFUSE,
     DumpRoute,
     InterceptRoute,
     ObserveRoute,
+    ObserveStreamRoute,
     PassRoute,
     RefuseRoute,
     Route,
@@ -122,7 +125,7 @@ class FrameRelay:
         r = self._build_route(path)
         if self.calls is not None and r.kind != REFUSE:
             r.stats = self.calls.method(r.method.name if r.method is not None else None,
-                                        r.kind == INTERCEPT or r.kind == OBSERVE)
+                                        r.kind == INTERCEPT or r.kind == OBSERVE or r.kind == OBSERVE_STREAM)
         return r
 
     def _build_route(self, path: str) -> Route:
@@ -131,6 +134,11 @@ class FrameRelay:
             return RefuseRoute(path, f"cri-resmgr: the {service} is disabled on this relay")
         method = self.methods.lookup(path)
         dumper = self._dumper if self._dumper is not None and self._dumper.wants(path) else None
+        if method is not None and method.server_streaming and not method.client_streaming:
+            observer = self._interceptors.get(method.name)
+            if isinstance(observer, StreamObserver):
+                return ObserveStreamRoute(path, method, observer.start,
+                                          DumpRoute(path, method, dumper) if dumper is not None else None)
         if method is not None and not (method.server_streaming or method.client_streaming):
             interceptor = self._interceptors.get(method.name)
             if isinstance(interceptor, ReplyObserver) and dumper is None:

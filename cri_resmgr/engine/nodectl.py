@@ -1,0 +1,233 @@
+"""Scheduling classes and IRQ affinity, enforced by the engine for the policy in force
+(docs/classes.md). The policy decides without I/O (`policy/tuning.py`'s `Tuned`: a
+container's scheduling class, where the controllable IRQs may go); this module puts it on
+the host:
+
+- a container's scheduling class on each of its threads (`classes/sched.py`) right after
+  its StartContainer, for every container when a configuration is applied, and in the
+  reconcile for the threads that appeared since (a child forked later inherits its
+  parent's class; one started before the class came does not). Where the threads are:
+  the container's cgroup (its PID and cgroups path from the runtime port, once), else
+  /proc/PID/task. On cgroup v1 with RT group scheduling, fifo and rr first need an RT
+  budget up the container's cgroup chain (`classes/rtbudget.py`);
+- the controllable IRQs' affinities (`classes/irqplan.py`, `classes/irq.py`) after every
+  change of the allocations, only those that change; what they had comes back when
+  nothing avoids their CPUs any more, when they stop being controllable, and at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cri_resmgr.classes import cgroups, irqplan
+from cri_resmgr.classes.hostfs import HostFiles
+from cri_resmgr.classes.irq import IrqWriter
+from cri_resmgr.classes.rtbudget import RtBudget
+from cri_resmgr.classes.sched import Scheduler, apply_all
+from cri_resmgr.engine.cache import ContainerRecord
+from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
+from cri_resmgr.policy.api import Policy
+from cri_resmgr.policy.irqs import NOTHING, Selection
+from cri_resmgr.policy.schedclass import SchedClass
+from cri_resmgr.policy.tuning import Tuned
+from cri_resmgr.topology.cpuset import CPUSet
+
+log = logging.getLogger(__name__)
+
+LOCATE_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """For metrics: containers given a scheduling class (by class), threads the kernel
+    refused one, RT budgets it refused; IRQ affinity writes and failed writes."""
+
+    sched_assignments: Mapping[str, int] = field(default_factory=dict)
+    sched_failures: int = 0
+    rt_budget_refused: int = 0
+    irq_writes: int = 0
+    irq_failures: int = 0
+
+
+@dataclass
+class _Given:
+    cls: SchedClass
+    tids: set[int] = field(default_factory=set)  # threads given it
+    refused: bool = False  # said once that the kernel refuses it
+
+
+def tuned(policy: Policy | None) -> Tuned | None:
+    return policy if isinstance(policy, Tuned) and policy.tunes else None
+
+
+class NodeControl:
+    """One per controller; survives policy switches. `files` is the host (dry-run wraps
+    it), `scheduler` the thread calls (dry-run's sets nothing), `online` the CPUs."""
+
+    def __init__(self, files: HostFiles, scheduler: Scheduler, runtime: RuntimePort,
+                 online: Callable[[], CPUSet], note: Callable[[str], None] | None = None):
+        self._files = files
+        self._scheduler = scheduler
+        self._runtime = runtime
+        self._online = online
+        self._note = note
+        self._mode = cgroups.mode(files) or ("v1" if files.exists(f"{cgroups.CGROUP_ROOT}/cpu") else None)
+        self._rt = RtBudget(files, note)
+        self._irq = IrqWriter(files, note)
+        self._selection: Selection = NOTHING
+        self._where: dict[str, cgroups.Where] = {}
+        self._given: dict[str, _Given] = {}  # container id -> its class and threads
+        self._names: dict[str, str] = {}  # container key -> its class's name (/state)
+        self._counts: dict[str, int] = {}
+        self._failures = self._rt_refused = self._irq_writes = self._irq_failures = 0
+        self._stats = NodeStats()
+
+    def stats(self) -> NodeStats:
+        return self._stats
+
+    def _counted(self) -> None:
+        self._stats = NodeStats(dict(self._counts), self._failures, self._rt_refused, self._irq_writes,
+                                self._irq_failures)
+
+    def sched_class_of(self, key: str) -> str | None:
+        return self._names.get(key)
+
+    # -- scheduling classes ---------------------------------------------------------
+
+    async def started(self, c: ContainerRecord, policy: Policy | None) -> None:
+        """After StartContainer."""
+        p = tuned(policy)
+        if p is not None and c.id:
+            await self._enforce(c, p)
+
+    async def sync(self, records: Iterable[ContainerRecord], policy: Policy | None) -> None:
+        """Every live container (a new configuration, the reconcile): new threads get
+        their class, and the RT budgets of containers gone are given back."""
+        live = [c for c in records if c.id and not c.released and c.state != "exited"]
+        ids = {c.id for c in live}
+        for gone in [i for i in self._given if i not in ids] + [i for i in self._where if i not in ids]:
+            self.forget(gone)
+        keys = {c.key for c in live}
+        for key in [k for k in self._names if k not in keys]:
+            del self._names[key]
+        self._rt.retry()  # budgets the kernel would not take back yet
+        p = tuned(policy)
+        if p is not None:
+            for c in live:
+                await self._enforce(c, p)
+        self.irqs(policy)
+
+    def forget(self, container_id: str) -> None:
+        self._given.pop(container_id, None)
+        self._where.pop(container_id, None)
+        self._rt.release(container_id)
+
+    async def _enforce(self, c: ContainerRecord, p: Tuned) -> None:
+        choice = p.scheduling_class(c.workload)
+        if choice.unknown is not None and c.key not in self._names:
+            log.warning("%s: scheduling class %r is not in the configuration; the container runs without one",
+                        c.workload, choice.unknown)
+        cls = choice.cls
+        if cls is None:
+            self._names.pop(c.key, None)
+            self._given.pop(c.id, None)  # a class gone: its threads keep what they were given
+            return
+        given = self._given.get(c.id)
+        if given is None or given.cls != cls:
+            given = self._given[c.id] = _Given(cls)
+            self._counts[cls.name] = self._counts.get(cls.name, 0) + 1
+            self._names[c.key] = cls.name
+            self._counted()
+            log.info("%s: scheduling class %s (%s)%s", c.workload, cls.name, cls.describe(),
+                     " (dry-run)" if self._scheduler.dry_run else "")
+        where = await self._locate(c)
+        if where is None:
+            return
+        tids = [t for t in self._threads(where) if t not in given.tids]
+        if not tids:
+            return
+        if cls.policy in ("fifo", "rr") and self._rt.available() and where.container_id and self._mode == "v1":
+            d = cgroups.container_dir(self._files, "v1", where, "cpu")
+            why = self._rt.ensure(c.id, d) if d is not None else None
+            if why is not None:
+                self._rt_refused += 1
+                self._counted()
+                log.error("%s: scheduling class %s: %s", c.workload, cls.name, why)
+        if self._scheduler.dry_run:
+            text = f"dry-run: would set {c.workload} ({len(tids)} threads): {cls.describe()}"
+            log.info("%s", text)
+            if self._note is not None:
+                self._note(text)
+            given.tids.update(tids)
+            return
+        done, refused = apply_all(self._scheduler, tids, cls)
+        given.tids.update(done)
+        if refused is not None:
+            given.tids.update(tids)  # said once; a new thread is tried again
+            self._failures += 1
+            self._counted()
+            if not given.refused:
+                given.refused = True
+                log.error("%s: the kernel refuses scheduling class %s (%s) on %d of %d threads: %s", c.workload,
+                          cls.name, cls.describe(), len(tids) - len(done), len(tids), refused.strerror or refused)
+        elif self._note is not None:
+            self._note(f"sched {c.workload}: {cls.describe()} on {len(done)} threads")
+
+    async def _locate(self, c: ContainerRecord) -> cgroups.Where | None:
+        known = self._where.get(c.id)
+        if known is not None:
+            return known
+        try:
+            detail = await self._runtime.container_detail(c.id, LOCATE_TIMEOUT)
+        except NotFound:
+            return None
+        except RuntimeFailure as e:
+            log.warning("%s: cannot learn its PID for its scheduling class: %s", c.workload, e.details)
+            return None
+        if detail.pid <= 0 and not detail.cgroups_path:
+            return None
+        where = self._where[c.id] = cgroups.Where(pid=detail.pid, cgroups_path=detail.cgroups_path,
+                                                  container_id=c.id)
+        return where
+
+    def _threads(self, where: cgroups.Where) -> list[int]:
+        """The container's threads: its cgroup's tasks (every process of it), else its
+        PID's own threads."""
+        if self._mode is not None:
+            tids = cgroups.threads(self._files, self._mode, where)
+            if tids:
+                return tids
+        if where.pid <= 0:
+            return []
+        return [int(t) for t in self._files.listdir(f"proc/{where.pid}/task") if t.isdigit()]
+
+    # -- interrupts ------------------------------------------------------------------
+
+    def irqs(self, policy: Policy | None) -> None:
+        """The controllable IRQs where the policy wants them now (after every change of
+        the allocations): only the IRQs whose affinity changes are written."""
+        p = tuned(policy)
+        intent = p.irq_intent() if p is not None else None
+        selection = intent.controllable if intent is not None else NOTHING
+        if selection != self._selection:
+            self._selection = selection
+            self._irq.select(selection)
+        if intent is None or not self._irq.irqs:
+            return
+        targets = irqplan.plan(self._irq.irqs, self._online(), intent)
+        self._wrote(*self._irq.write(irqplan.changes(targets, self._irq.current())))
+
+    def _wrote(self, written: int, errors: list[str]) -> None:
+        self._irq_writes += written
+        self._irq_failures += len(errors)
+        if written or errors:
+            self._counted()
+        for e in errors:
+            log.error("irq: %s", e)
+
+    def close(self) -> None:
+        """Shutdown: the IRQs' affinities and the RT budgets go back to what they were."""
+        self._wrote(*self._irq.restore())
+        self._rt.close()
