@@ -202,6 +202,7 @@ async def _run(services: Services, settings: Settings, nri: NriSettings, registr
     controller = services.engine(registry, hooks, runtime, methods, set_debug)
     if nri.runtime_classes:
         hooks.classes_of = controller.container_classes
+        hooks.sched_of = controller.container_sched_class
     failure: list[str] = []
 
     def failed(why: str) -> None:

@@ -27,9 +27,10 @@ from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import PodRecord
 from cri_resmgr.engine.core import ContainerSpec, Core, ResizeRefused
-from cri_resmgr.nri import ttrpc
+from cri_resmgr.nri import schedadjust, ttrpc
 from cri_resmgr.nri.view import NriRuntime, attempt, cri_resources
 from cri_resmgr.policy.api import Resources
+from cri_resmgr.policy.schedclass import SchedClass
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ class Hooks:
         self.runtime_config = ""  # ConfigureRequest.config, see `configure`
         # -nri-runtime-classes: a container's (blockio, rdt) classes by id, named in its adjustment.
         self.classes_of: Callable[[str], tuple[str | None, str | None]] | None = None
+        # -nri-runtime-classes: a new container's scheduling class, for its adjustment.
+        self.sched_of: Callable[[str], SchedClass | None] | None = None
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
@@ -290,6 +293,10 @@ class Hooks:
                     reply.adjust.linux.resources.blockio_class.value = blockio
                 if rdt:
                     reply.adjust.linux.resources.rdt_class.value = rdt
+            if self.sched_of is not None:
+                sched = self.sched_of(c.id)
+                if sched is not None:
+                    schedadjust.adjust(reply.adjust.linux, sched)
         return reply
 
     def _heard_of(self, pod: api.PodSandbox, c: api.Container, state: int | None = None) -> None:

@@ -37,6 +37,10 @@ PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 REGISTRATION_TIMEOUT = 5.0  # NRI's default; registering takes one round trip
 UPDATE_TIMEOUT = 2.0
+# The NRI version the plugin tells the runtime at registration (NRI v0.12 exchanges versions
+# there, containerd/nri#271; older runtimes ignore the field): that of the api.proto subset it
+# speaks (protos/nri/nri_api.proto).
+NRI_VERSION = "v0.10.0"
 
 A = TypeVar("A", bound=Message)
 
@@ -136,7 +140,8 @@ class Plugin:
                  asyncio.create_task(client.receive())]
         registered = False
         try:
-            req = api.RegisterPluginRequest(plugin_name=self._id.name, plugin_idx=self._id.index)
+            req = api.RegisterPluginRequest(plugin_name=self._id.name, plugin_idx=self._id.index,
+                                            NRI_version=NRI_VERSION)
             t0 = time.monotonic()
             await client.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(), REGISTRATION_TIMEOUT)
             registered = True
