@@ -2,17 +2,24 @@
 balloons: a balloon of a type with a CPUClass gets the class's frequency limits and
 governor on its CPUs as its container is created (before the runtime starts it), and its
 CPUs go back to IdleCPUClass's when the container goes. The host is a generated 8-CPU tree
-with cpufreq, cpuidle and uncore files (tests/harness/cpufreq.py) under -host-root."""
+with cpufreq, cpuidle and uncore files (tests/harness/cpufreq.py) under -host-root. Then
+the same process on real containerd 2.1.9 (NRI), static: a Guaranteed container's exclusive
+CPU gets the exclusive class, and the shared pool's class back when the pod goes; the tree
+there has this machine's 2 CPUs, so the cpusets are ones runc can give."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cri_resmgr.topology.cpuset import CPUSet
-from tests.harness import cpufreq
+from tests.harness import cpufreq, runtimes, sysfs
+from tests.harness.podspec import ContainerSpec, PodSpec
 from tests.nri.plugin_process import PluginProcess
 from tests.nri.runtime_double import RuntimeDouble, guaranteed, pod
 from tests.nri.test_plugin_process import run
+from tests.nri.test_real_runtimes import kubelet_on, plugin_dir, wait_for  # noqa: F401 (fixtures)
 
 CONFIG = """policy:
   Active: balloons
@@ -61,3 +68,39 @@ def test_a_balloons_cpus_get_its_types_class_and_the_idle_class_back(workdir: Pa
     plugin = run(workdir, scenario, forced=CONFIG)
     assert "cannot take effect" not in plugin.log()
     assert cpufreq.files_under(Path("/")) == before  # this machine's own files are untouched
+
+
+STATIC = """policy:
+  Active: static
+  ReservedResources: {CPU: 1}
+  static:
+    CPUClasses:
+      - {Name: turbo, MinFreq: 3000000, MaxFreq: 3500000, FreqGovernor: performance, DisabledCstates: [C6]}
+      - {Name: eco, MaxFreq: 1800000, FreqGovernor: powersave}
+    DefaultExclusiveCPUClass: turbo
+    SharedPoolCPUClass: eco
+"""
+
+
+@pytest.mark.parametrize("nri_containerd", [runtimes.CONTAINERD_2], indirect=True, ids=["containerd-2.1.9"])
+def test_on_containerd_2_a_guaranteed_containers_cpu_gets_its_class_and_the_pools_back(
+        nri_containerd, kubelet_on, plugin_dir, tmp_path):  # noqa: F811
+    host = tmp_path / "host"
+    sysfs.generate(host, cores_per_die=2, threads_per_core=1)  # this machine's 2 CPUs: real cpusets
+    cpufreq.build(host, [0, 1])
+    before = cpufreq.files_under(Path("/"))
+    plugin = PluginProcess(plugin_dir, str(nri_containerd.layout.nri_socket), str(host), STATIC).start()
+    k = kubelet_on
+    try:
+        wait_for("the plugin's policy", lambda: "policy static active" in plugin.log(), plugin.log)
+        assert values(host, 1) == ECO
+        res = {"cpu": "1", "memory": "64Mi"}
+        g = k.start_pod(PodSpec(name="nri-turbo", containers=[ContainerSpec(name="c", requests=res, limits=res)]))
+        assert k.cgroup_files(g.container_ids["c"]).cpuset_cpus() == "1", plugin.log()[-3000:]
+        # In place when the runtime's CreateContainer returns: written in the plugin's hook.
+        assert values(host, 1) == TURBO and values(host, 0) == ECO
+        k.delete_pod(g)
+        wait_for("CPU 1 back in the shared pool's class", lambda: values(host, 1) == ECO, plugin.log, 20)
+    finally:
+        plugin.stop()
+    assert cpufreq.files_under(Path("/")) == before
