@@ -90,7 +90,7 @@ _STATES, _LIST, _STATUS = _stripped_types()
 _EXITED_CODED = bytes([_number(pb.Container, "state") << 3, EXITED])
 
 
-def exited_in_list(reply: bytes | memoryview) -> list[str]:
+def exited_in_list(reply: bytes | bytearray | memoryview) -> list[str]:
     """Ids of the containers a serialized ListContainersResponse shows exited.
 
     Most replies show none: the states alone are decoded first, and re-encoded
