@@ -32,13 +32,14 @@ from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
 from cri_resmgr.engine.cpuclasses import CpuClassControl, CpuClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
-from cri_resmgr.engine.nodectl import NodeControl, NodeStats
+from cri_resmgr.engine.nodectl import NodeControl, NodeStats, tuned
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
 from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
+from cri_resmgr.policy.schedclass import SchedClass
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
@@ -249,6 +250,13 @@ class Controller:
         cache = resmgr.cache if resmgr is not None else None  # under the none policy it is not known yet
         c = cache.by_id(container_id) if cache is not None else None
         return self._classes.choose(c) if c is not None else (None, None)
+
+    def container_sched_class(self, container_id: str) -> SchedClass | None:
+        """A new container's scheduling class, by the runtime's id (the NRI plugin's adjustment)."""
+        resmgr = self._resmgr
+        c = resmgr.cache.by_id(container_id) if resmgr is not None else None
+        p = tuned(resmgr.policy) if resmgr is not None else None
+        return p.scheduling_class(c.workload).cls if c is not None and p is not None else None
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""
