@@ -148,7 +148,7 @@ class Synchronizer:
                     self._runtime.runtime_version, self._grace)
         deferred = self._runtime.release_deferred()
         if deferred:
-            await self._runtime.push(deferred)
+            self._runtime.push(deferred, alone=True)
 
     def adopt_soon(self, container_id: str) -> None:
         """An event named a running container the plugin had not heard of: reconcile
