@@ -227,7 +227,8 @@ class Controller:
                              self._config, self._settings.dry_run, classes=self._classes.of,
                              reload=self._reload, cpu_classes=self._cpu_classes.stats(),
                              blockio_refused=self._classes.stats().refused,
-                             narrowed=self._narrowed if resmgr is not None else None)
+                             narrowed=self._narrowed if resmgr is not None else None,
+                             sched=self._node.sched_class_of, irqs=self._node.irq_affinity())
 
     def _narrowed(self, key: str) -> tuple[CPUSet, str] | None:
         """What the kernel enforces of a container's cpuset a parent cgroup narrows (the reconcile's finding)."""
