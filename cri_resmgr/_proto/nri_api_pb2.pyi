@@ -98,6 +98,77 @@ CONTAINER_RUNNING: ContainerState.ValueType  # 3
 CONTAINER_STOPPED: ContainerState.ValueType  # 4
 Global___ContainerState: _TypeAlias = ContainerState  # noqa: Y015
 
+class _IOPrioClass:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _IOPrioClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_IOPrioClass.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    IOPRIO_CLASS_NONE: _IOPrioClass.ValueType  # 0
+    IOPRIO_CLASS_RT: _IOPrioClass.ValueType  # 1
+    IOPRIO_CLASS_BE: _IOPrioClass.ValueType  # 2
+    IOPRIO_CLASS_IDLE: _IOPrioClass.ValueType  # 3
+
+class IOPrioClass(_IOPrioClass, metaclass=_IOPrioClassEnumTypeWrapper): ...
+
+IOPRIO_CLASS_NONE: IOPrioClass.ValueType  # 0
+IOPRIO_CLASS_RT: IOPrioClass.ValueType  # 1
+IOPRIO_CLASS_BE: IOPrioClass.ValueType  # 2
+IOPRIO_CLASS_IDLE: IOPrioClass.ValueType  # 3
+Global___IOPrioClass: _TypeAlias = IOPrioClass  # noqa: Y015
+
+class _LinuxSchedulerPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinuxSchedulerPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinuxSchedulerPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SCHED_NONE: _LinuxSchedulerPolicy.ValueType  # 0
+    SCHED_OTHER: _LinuxSchedulerPolicy.ValueType  # 1
+    SCHED_FIFO: _LinuxSchedulerPolicy.ValueType  # 2
+    SCHED_RR: _LinuxSchedulerPolicy.ValueType  # 3
+    SCHED_BATCH: _LinuxSchedulerPolicy.ValueType  # 4
+    SCHED_ISO: _LinuxSchedulerPolicy.ValueType  # 5
+    SCHED_IDLE: _LinuxSchedulerPolicy.ValueType  # 6
+    SCHED_DEADLINE: _LinuxSchedulerPolicy.ValueType  # 7
+
+class LinuxSchedulerPolicy(_LinuxSchedulerPolicy, metaclass=_LinuxSchedulerPolicyEnumTypeWrapper): ...
+
+SCHED_NONE: LinuxSchedulerPolicy.ValueType  # 0
+SCHED_OTHER: LinuxSchedulerPolicy.ValueType  # 1
+SCHED_FIFO: LinuxSchedulerPolicy.ValueType  # 2
+SCHED_RR: LinuxSchedulerPolicy.ValueType  # 3
+SCHED_BATCH: LinuxSchedulerPolicy.ValueType  # 4
+SCHED_ISO: LinuxSchedulerPolicy.ValueType  # 5
+SCHED_IDLE: LinuxSchedulerPolicy.ValueType  # 6
+SCHED_DEADLINE: LinuxSchedulerPolicy.ValueType  # 7
+Global___LinuxSchedulerPolicy: _TypeAlias = LinuxSchedulerPolicy  # noqa: Y015
+
+class _LinuxSchedulerFlag:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinuxSchedulerFlagEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinuxSchedulerFlag.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SCHED_FLAG_RESET_ON_FORK: _LinuxSchedulerFlag.ValueType  # 0
+    SCHED_FLAG_RECLAIM: _LinuxSchedulerFlag.ValueType  # 1
+    SCHED_FLAG_DL_OVERRUN: _LinuxSchedulerFlag.ValueType  # 2
+    SCHED_FLAG_KEEP_POLICY: _LinuxSchedulerFlag.ValueType  # 3
+    SCHED_FLAG_KEEP_PARAMS: _LinuxSchedulerFlag.ValueType  # 4
+    SCHED_FLAG_UTIL_CLAMP_MIN: _LinuxSchedulerFlag.ValueType  # 5
+    SCHED_FLAG_UTIL_CLAMP_MAX: _LinuxSchedulerFlag.ValueType  # 6
+
+class LinuxSchedulerFlag(_LinuxSchedulerFlag, metaclass=_LinuxSchedulerFlagEnumTypeWrapper): ...
+
+SCHED_FLAG_RESET_ON_FORK: LinuxSchedulerFlag.ValueType  # 0
+SCHED_FLAG_RECLAIM: LinuxSchedulerFlag.ValueType  # 1
+SCHED_FLAG_DL_OVERRUN: LinuxSchedulerFlag.ValueType  # 2
+SCHED_FLAG_KEEP_POLICY: LinuxSchedulerFlag.ValueType  # 3
+SCHED_FLAG_KEEP_PARAMS: LinuxSchedulerFlag.ValueType  # 4
+SCHED_FLAG_UTIL_CLAMP_MIN: LinuxSchedulerFlag.ValueType  # 5
+SCHED_FLAG_UTIL_CLAMP_MAX: LinuxSchedulerFlag.ValueType  # 6
+Global___LinuxSchedulerFlag: _TypeAlias = LinuxSchedulerFlag  # noqa: Y015
+
 @_typing.final
 class RegisterPluginRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1345,22 +1416,91 @@ class LinuxContainerAdjustment(_message.Message):
 
     RESOURCES_FIELD_NUMBER: _builtins.int
     CGROUPS_PATH_FIELD_NUMBER: _builtins.int
+    IO_PRIORITY_FIELD_NUMBER: _builtins.int
+    SCHEDULER_FIELD_NUMBER: _builtins.int
     cgroups_path: _builtins.str
     @_builtins.property
     def resources(self) -> Global___LinuxResources: ...
+    @_builtins.property
+    def io_priority(self) -> Global___LinuxIOPriority:
+        """NRI v0.11's numbers; a runtime before it skips them"""
+
+    @_builtins.property
+    def scheduler(self) -> Global___LinuxScheduler: ...
     def __init__(
         self,
         *,
         resources: Global___LinuxResources | None = ...,
         cgroups_path: _builtins.str = ...,
+        io_priority: Global___LinuxIOPriority | None = ...,
+        scheduler: Global___LinuxScheduler | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["io_priority", b"io_priority", "resources", b"resources", "scheduler", b"scheduler"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cgroups_path", b"cgroups_path", "resources", b"resources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cgroups_path", b"cgroups_path", "io_priority", b"io_priority", "resources", b"resources", "scheduler", b"scheduler"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LinuxContainerAdjustment: _TypeAlias = LinuxContainerAdjustment  # noqa: Y015
+
+@_typing.final
+class LinuxIOPriority(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLASS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    priority: _builtins.int
+    def __init__(
+        self,
+        *,
+        priority: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["class", b"class", "priority", b"priority"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinuxIOPriority: _TypeAlias = LinuxIOPriority  # noqa: Y015
+
+@_typing.final
+class LinuxScheduler(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_FIELD_NUMBER: _builtins.int
+    NICE_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    FLAGS_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    PERIOD_FIELD_NUMBER: _builtins.int
+    policy: Global___LinuxSchedulerPolicy.ValueType
+    nice: _builtins.int
+    priority: _builtins.int
+    runtime: _builtins.int
+    """nanoseconds, as the OCI spec's"""
+    deadline: _builtins.int
+    period: _builtins.int
+    @_builtins.property
+    def flags(self) -> _containers.RepeatedScalarFieldContainer[Global___LinuxSchedulerFlag.ValueType]: ...
+    def __init__(
+        self,
+        *,
+        policy: Global___LinuxSchedulerPolicy.ValueType = ...,
+        nice: _builtins.int = ...,
+        priority: _builtins.int = ...,
+        flags: _abc.Iterable[Global___LinuxSchedulerFlag.ValueType] | None = ...,
+        runtime: _builtins.int = ...,
+        deadline: _builtins.int = ...,
+        period: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "flags", b"flags", "nice", b"nice", "period", b"period", "policy", b"policy", "priority", b"priority", "runtime", b"runtime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinuxScheduler: _TypeAlias = LinuxScheduler  # noqa: Y015
 
 @_typing.final
 class ContainerUpdate(_message.Message):

@@ -50,7 +50,9 @@ class HostRoot:
             return None
 
     def write(self, rel: str, text: str) -> None:
-        fd = os.open(self._path(rel), os.O_WRONLY)
+        # O_TRUNC as the shell's `echo >`: the kernel's files ignore it, and a tree standing in
+        # for them (-host-root in tests) then holds what was written, not its tail too.
+        fd = os.open(self._path(rel), os.O_WRONLY | os.O_TRUNC)
         try:
             data = text.encode()
             if os.write(fd, data) != len(data):

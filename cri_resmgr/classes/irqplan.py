@@ -28,14 +28,19 @@ def plan(irqs: Mapping[int, Irq], online: CPUSet, intent: Intent) -> dict[int, C
     """The affinity each of `irqs` (the controllable ones) is to have."""
     out: dict[int, CPUSet] = {}
     spare = online - intent.avoid
+    # IRQs share a few original affinities (every CPU, after boot): each is computed once,
+    # not per IRQ (a CPUSet difference costs more than the rest of the loop).
+    kept: dict[CPUSet, CPUSet] = {}
+    sinks = [(selection, cpus) for selection, cpus in intent.sinks if cpus]
     for number, irq in irqs.items():
-        sink = next((cpus for selection, cpus in intent.sinks
-                     if cpus and selection.selects(number, irq.description)), None)
+        sink = next((cpus for selection, cpus in sinks if selection.selects(number, irq.description)), None)
         if sink is not None:
             out[number] = sink
             continue
-        target = irq.original - intent.avoid
-        out[number] = target or spare or irq.original
+        target = kept.get(irq.original)
+        if target is None:
+            target = kept[irq.original] = (irq.original - intent.avoid) or spare or irq.original
+        out[number] = target
     return out
 
 

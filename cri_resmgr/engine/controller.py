@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -30,14 +31,16 @@ from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
+from cri_resmgr.engine.cpuclasses import ORIGINALS_FILE, CpuClassControl, CpuClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
-from cri_resmgr.engine.nodectl import NodeControl, NodeStats
+from cri_resmgr.engine.nodectl import NodeControl, NodeStats, tuned
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
 from cri_resmgr.policy.api import Assignment, Policy
 from cri_resmgr.policy.context import build_context
 from cri_resmgr.policy.registry import PolicyInfo, Registry
+from cri_resmgr.policy.schedclass import SchedClass
 from cri_resmgr.topology import Topology, discover
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
@@ -99,6 +102,7 @@ class EngineStats:
     decision_latency: HistogramSnapshot | None = None  # the active policy's decisions
     reconcile: ReconcileStats = ReconcileStats()
     classes: ClassStats = ClassStats()  # block I/O and RDT classes given and failed
+    cpu_classes: CpuClassStats = CpuClassStats()  # each CPU class's CPUs, the writes refused
     updates_resent_after_start: int = 0  # raced the container's StartContainer, sent again after it
     resizes: int = 0  # in-place resizes the policy re-decided
     resizes_refused: int = 0  # resizes it could not meet (kubelet's update failed)
@@ -165,6 +169,10 @@ class Controller:
         # Block I/O and RDT classes: the engine's own controller (engine/classes.py).
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
         self._classes_only: ClassesOnly | None = None  # the none policy's StartContainer, when there are classes
+        # CPU classes: frequencies, governors, C-states of the CPUs by who holds them (engine/cpuclasses.py).
+        saved = os.path.join(settings.state_dir, ORIGINALS_FILE) if settings.state_dir and not settings.dry_run \
+            else None
+        self._cpu_classes = CpuClassControl(DryRun(files) if settings.dry_run else files, note=self._note, saved=saved)
         # Scheduling classes and IRQ affinity for the policy in force (engine/nodectl.py).
         self._node = NodeControl(DryRun(files) if settings.dry_run else files,
                                  DryRunScheduler(Syscalls()) if settings.dry_run else Syscalls(), runtime,
@@ -193,6 +201,7 @@ class Controller:
                            containers=m.containers, dump_dropped=dumper.dropped if dumper is not None else None,
                            decision_latency=m.decision_latency, reconcile=self._reconciled,
                            updates_resent_after_start=u.resent_after_start, classes=self._classes.stats(),
+                           cpu_classes=self._cpu_classes.stats(),
                            resizes=m.resizes, resizes_refused=m.resizes_refused, reload=self._reload,
                            node=self._node.stats())
 
@@ -216,8 +225,10 @@ class Controller:
         return snapshot.take(self._policy_name, resmgr.policy if resmgr is not None else None,
                              cache, self._topology_summary,
                              self._config, self._settings.dry_run, classes=self._classes.of,
-                             reload=self._reload, blockio_refused=self._classes.stats().refused,
-                             narrowed=self._narrowed if resmgr is not None else None)
+                             reload=self._reload, cpu_classes=self._cpu_classes.stats(),
+                             blockio_refused=self._classes.stats().refused,
+                             narrowed=self._narrowed if resmgr is not None else None,
+                             sched=self._node.sched_class_of, irqs=self._node.irq_affinity())
 
     def _narrowed(self, key: str) -> tuple[CPUSet, str] | None:
         """What the kernel enforces of a container's cpuset a parent cgroup narrows (the reconcile's finding)."""
@@ -243,6 +254,13 @@ class Controller:
         cache = resmgr.cache if resmgr is not None else None  # under the none policy it is not known yet
         c = cache.by_id(container_id) if cache is not None else None
         return self._classes.choose(c) if c is not None else (None, None)
+
+    def container_sched_class(self, container_id: str) -> SchedClass | None:
+        """A new container's scheduling class, by the runtime's id (the NRI plugin's adjustment)."""
+        resmgr = self._resmgr
+        c = resmgr.cache.by_id(container_id) if resmgr is not None else None
+        p = tuned(resmgr.policy) if resmgr is not None else None
+        return p.scheduling_class(c.workload).cls if c is not None and p is not None else None
 
     def active_policy(self) -> Policy | None:
         """The policy in force (None: the none policy), for inspection only."""
@@ -370,6 +388,9 @@ class Controller:
         # Off the event loop: checking a configuration never holds up the calls being
         # relayed (and every count in it is bounded by the node, so the check is short).
         policy = await asyncio.to_thread(self._checked_policy, info, config, key != self._policy_key)
+        # CPU classes a kernel would refuse are refused here (the policy parsed them).
+        cpu_classes = self._cpu_classes.prepare(policy if key != self._policy_key else self.active_policy(),
+                                                self.topology, config.source)
         new_dumper = self._build_dumper(config)
         if key != self._policy_key:
             try:
@@ -384,6 +405,8 @@ class Controller:
             self._set_debug(config.logger.debug)
         self._config = config
         self._classes.switch(classes)
+        self._cpu_classes.switch(cpu_classes)
+        self._cpu_classes.decided(self.active_policy(), self._resmgr.cache if self._resmgr is not None else None)
         if self._resmgr is not None:
             self._classes_only = None
             await self._classes.sync(self._resmgr.cache)
@@ -463,7 +486,7 @@ class Controller:
                               reserved_namespaces=config.policy.reserved_namespaces)
             resmgr = ResourceManager(name, policy, cache, self._enforcer, self._alloc_lock, options,
                                      note=self._note, cgroups=self._cgroups, classes=self._classes,
-                                     node=self._node)
+                                     cpu_classes=self._cpu_classes, node=self._node)
             # Restored first: a policy refusing the change (its containers cannot fit)
             # leaves the old manager in force, saves and all.
             try:
@@ -532,7 +555,7 @@ class Controller:
     async def close(self) -> None:
         if self._resmgr is not None:
             await self._resmgr.close()
-        self._node.close()  # IRQ affinities and RT budgets back as they were
+        await self._node.close()  # IRQ affinities and RT budgets back as they were
         if self._enforcer is not None:
             await self._enforcer.close()
         if self._dumper is not None:

@@ -17,9 +17,11 @@ the host:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from cri_resmgr.classes import cgroups, irqplan
 from cri_resmgr.classes.hostfs import HostFiles
@@ -29,7 +31,7 @@ from cri_resmgr.classes.sched import Scheduler, apply_all
 from cri_resmgr.engine.cache import ContainerRecord
 from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
 from cri_resmgr.policy.api import Policy
-from cri_resmgr.policy.irqs import NOTHING, Selection
+from cri_resmgr.policy.irqs import NOTHING, Intent, Selection
 from cri_resmgr.policy.schedclass import SchedClass
 from cri_resmgr.policy.tuning import Tuned
 from cri_resmgr.topology.cpuset import CPUSet
@@ -37,6 +39,7 @@ from cri_resmgr.topology.cpuset import CPUSet
 log = logging.getLogger(__name__)
 
 LOCATE_TIMEOUT = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,10 @@ class NodeControl:
         self._rt = RtBudget(files, note)
         self._irq = IrqWriter(files, note)
         self._selection: Selection = NOTHING
+        self._planned: Intent | None = None  # the intent last planned and written
+        self._policy: Policy | None = None  # the policy whose IRQs are to be planned
+        self._dirty = False  # the allocations changed since the IRQs were last planned
+        self._task: asyncio.Task[None] | None = None  # the round of IRQ file work under way
         self._where: dict[str, cgroups.Where] = {}
         self._given: dict[str, _Given] = {}  # container id -> its class and threads
         self._names: dict[str, str] = {}  # container key -> its class's name (/state)
@@ -93,6 +100,10 @@ class NodeControl:
 
     def sched_class_of(self, key: str) -> str | None:
         return self._names.get(key)
+
+    def irq_affinity(self) -> dict[int, CPUSet]:
+        """The controllable IRQs' affinities as this process knows them (/state); on the loop."""
+        return self._irq.current() if self._selection else {}
 
     # -- scheduling classes ---------------------------------------------------------
 
@@ -207,27 +218,89 @@ class NodeControl:
 
     def irqs(self, policy: Policy | None) -> None:
         """The controllable IRQs where the policy wants them now (after every change of
-        the allocations): only the IRQs whose affinity changes are written."""
+        the allocations). On the event loop the files are read and written in a thread by
+        one task at a time, changes that come meanwhile planned together after it: a
+        Synchronize placing a hundred containers does not wait for any of it (nri-plugins
+        #746). The plan is made without I/O; only IRQs whose affinity changes are written."""
+        self._policy = policy
         p = tuned(policy)
-        intent = p.irq_intent() if p is not None else None
-        selection = intent.controllable if intent is not None else NOTHING
+        if not self._selection and (p is None or not p.moves_irqs):
+            return  # no IRQ is or was controllable: nothing to plan (every decision passes here)
+        self._dirty = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            while self._dirty:
+                self._round(lambda f, *a: f(*a))
+            return
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._irq_rounds())
+
+    async def _irq_rounds(self) -> None:
+        async def off_loop(f: Callable[..., T], *args: object) -> T:
+            return await asyncio.to_thread(f, *args)
+        try:
+            while self._dirty:
+                await self._round_async(off_loop)
+        except Exception:  # a bug here must not end the engine's task group
+            log.exception("setting the controllable IRQs' affinities failed")
+
+    async def _round_async(self, run: Callable[..., Awaitable[Any]]) -> None:
+        self._dirty = False
+        intent, selection = self._intent()
         if selection != self._selection:
             self._selection = selection
-            self._irq.select(selection)
-        if intent is None or not self._irq.irqs:
-            return
-        targets = irqplan.plan(self._irq.irqs, self._online(), intent)
-        self._wrote(*self._irq.write(irqplan.changes(targets, self._irq.current())))
+            self._planned = None
+            await run(self._irq.select, selection)
+        targets = self._targets(intent)
+        if targets is not None:
+            self._done(intent, await run(self._irq.write, targets))
+
+    def _round(self, run: Callable[..., Any]) -> None:
+        self._dirty = False
+        intent, selection = self._intent()
+        if selection != self._selection:
+            self._selection = selection
+            self._planned = None
+            run(self._irq.select, selection)
+        targets = self._targets(intent)
+        if targets is not None:
+            self._done(intent, run(self._irq.write, targets))
+
+    def _intent(self) -> tuple[Intent | None, Selection]:
+        p = tuned(self._policy)
+        intent = p.irq_intent() if p is not None else None
+        return intent, intent.controllable if intent is not None else NOTHING
+
+    def _targets(self, intent: Intent | None) -> dict[int, CPUSet] | None:
+        """What to write for `intent` (None: nothing, it is what was last written)."""
+        if intent is None or not self._irq.irqs or intent == self._planned:
+            return None
+        self._planned = intent
+        return irqplan.changes(irqplan.plan(self._irq.irqs, self._online(), intent), self._irq.current())
+
+    def _done(self, intent: Intent | None, result: tuple[int, list[str]]) -> None:
+        written, errors = result
+        self._wrote(written, errors)
+        if written and intent is not None:
+            log.info("irq: %d of %d controllable IRQs moved (avoiding CPUs %s%s)", written, len(self._irq.irqs),
+                     intent.avoid or "none", f", {len(intent.sinks)} sinks" if intent.sinks else "")
 
     def _wrote(self, written: int, errors: list[str]) -> None:
         self._irq_writes += written
         self._irq_failures += len(errors)
+        if errors:
+            self._planned = None  # written again at the next change
         if written or errors:
             self._counted()
         for e in errors:
             log.error("irq: %s", e)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Shutdown: the IRQs' affinities and the RT budgets go back to what they were."""
+        if self._task is not None and not self._task.done():
+            self._dirty = False
+            await self._task  # a round under way finishes: what it wrote is known
         self._wrote(*self._irq.restore())
+        self._planned = None
         self._rt.close()

@@ -41,6 +41,7 @@ from cri_resmgr.engine.core import (
     UpdateStep,
     write_cpuset,
 )
+from cri_resmgr.engine.cpuclasses import CpuClassControl
 from cri_resmgr.engine.enforce import Enforcer
 from cri_resmgr.engine.nodectl import NodeControl
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
@@ -95,9 +96,10 @@ class ResourceManager:
                  lock: asyncio.Lock, options: Options | None = None,
                  note: Callable[[str], None] | None = None,
                  cgroups: realcpuset.CgroupReader | None = None, classes: ClassControl | None = None,
-                 node: NodeControl | None = None):
+                 cpu_classes: CpuClassControl | None = None, node: NodeControl | None = None):
         self._policy_name = policy_name
         self._classes = classes
+        self._cpu_classes = cpu_classes
         self._node = node  # scheduling classes and IRQ affinity (engine/nodectl.py)
         self._policy = policy
         self._cache = cache
@@ -592,6 +594,11 @@ class ResourceManager:
             batch.add(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
+        if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it
+            try:
+                self._cpu_classes.decided(self._policy, self._cache)
+            except Exception:  # a bug there must not fail the decision made
+                log.exception("writing the CPU classes failed")
         if self._node is not None:  # the controllable IRQs follow the allocations
             try:
                 self._node.irqs(self._policy)
@@ -870,6 +877,10 @@ def _memory_only(linux: pb.LinuxContainerResources) -> pb.LinuxContainerResource
 
 def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resources) -> str:
     where = got.narrowed_by or "?"
+    if where == "/":  # the root's effective set is the online CPUs
+        return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's "
+                f"{target.cpuset_cpus}: its cgroup holds {got.cpus} but the root cgroup has only {got.enforced} of "
+                "them (CPUs offline)")
     return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
             f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
             "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "

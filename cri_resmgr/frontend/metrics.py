@@ -22,6 +22,7 @@ from cri_resmgr import __version__
 from cri_resmgr.buckets import BOUNDS_NS, HistogramSnapshot
 from cri_resmgr.engine.classes import ClassStats
 from cri_resmgr.engine.controller import EngineStats
+from cri_resmgr.engine.cpuclasses import CpuClassStats
 from cri_resmgr.engine.nodectl import NodeStats
 from cri_resmgr.engine.usage import NodeUsage
 from cri_resmgr.transport.contract import TransportStats
@@ -89,6 +90,22 @@ def _node_families(n: NodeStats) -> Iterator[Metric]:
                               value=n.irq_writes)
     yield CounterMetricFamily("cri_resmgr_irq_affinity_failures", "IRQ affinity writes the kernel refused",
                               value=n.irq_failures)
+
+
+def _cpu_class_families(c: CpuClassStats) -> Iterator[Metric]:
+    """CPU classes (docs/classes.md): each class's CPUs now, the files written, refused."""
+    cpus = GaugeMetricFamily("cri_resmgr_cpu_class_cpus", "CPUs that have a CPU class now", labels=["class"])
+    for name, members in sorted(c.cpus.items()):
+        cpus.add_metric([name], len(members))
+    yield cpus
+    yield CounterMetricFamily("cri_resmgr_cpu_class_writes", "cpufreq, cpuidle and uncore files written for "
+                              "CPU classes", value=c.writes)
+    yield CounterMetricFamily("cri_resmgr_cpu_class_failures", "Writes of CPU classes the kernel refused",
+                              value=c.failures)
+    yield _gauge("cri_resmgr_cpu_class_failing_files", "Files whose last CPU class write was refused (tried "
+                 "again at the next decision)", len(c.failed))
+    yield CounterMetricFamily("cri_resmgr_cpu_class_unknown", "Annotations naming a CPU class the configuration "
+                              "does not have (the container's CPUs run without one)", value=c.unknown)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -164,6 +181,8 @@ class EngineCollector(Collector):
         fixed.add_metric(["resent"], r.resent)
         yield fixed
         yield from _class_families(s.classes)
+        if s.cpu_classes.cpus or s.cpu_classes.writes or s.cpu_classes.failures:
+            yield from _cpu_class_families(s.cpu_classes)
         yield from _node_families(s.node)
         if s.reload.ok is not None:  # as Prometheus' own prometheus_config_last_reload_*
             yield _gauge("cri_resmgr_config_last_reload_successful", "Whether the last configuration tried (start-up, "

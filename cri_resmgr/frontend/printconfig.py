@@ -12,8 +12,10 @@ from typing import Any
 
 import yaml
 
+from cri_resmgr.classes.hostfs import HostRoot
 from cri_resmgr.config import Config, Settings
 from cri_resmgr.engine.controller import build_policy, check_sections
+from cri_resmgr.engine.cpuclasses import CpuClassControl
 from cri_resmgr.policy.registry import Registry
 from cri_resmgr.topology import Topology, discover
 
@@ -31,8 +33,10 @@ def check(settings: Settings, config: Config, registry: Registry) -> Topology | 
             topology.append(discover(settings.host_root))
         return topology[-1]
 
-    build_policy(info, config, hardware)
+    policy = build_policy(info, config, hardware)
     check_sections(registry, config, info.name, hardware)
+    # CPU classes this machine's kernel would refuse (a frequency beyond cpuinfo_max_freq).
+    CpuClassControl(HostRoot(settings.host_root)).prepare(policy, hardware, config.source, warn=False)
     return topology[-1] if topology else None
 
 

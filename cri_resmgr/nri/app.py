@@ -148,7 +148,7 @@ class Synchronizer:
                     self._runtime.runtime_version, self._grace)
         deferred = self._runtime.release_deferred()
         if deferred:
-            await self._runtime.push(deferred)
+            self._runtime.push(deferred, alone=True)
 
     def adopt_soon(self, container_id: str) -> None:
         """An event named a running container the plugin had not heard of: reconcile
@@ -202,6 +202,7 @@ async def _run(services: Services, settings: Settings, nri: NriSettings, registr
     controller = services.engine(registry, hooks, runtime, methods, set_debug)
     if nri.runtime_classes:
         hooks.classes_of = controller.container_classes
+        hooks.sched_of = controller.container_sched_class
     failure: list[str] = []
 
     def failed(why: str) -> None:

@@ -38,7 +38,9 @@ RUNTIME_CLASSES = flags.switch("nri-runtime-classes", "Also name each container'
                                "NRI adjustment (blockio_class, rdt_class), for a runtime configured with the same "
                                "classes (containerd's blockio_config_file, rdt_config_file): the runtime applies "
                                "them from creation. The plugin's own class controller enforces them either way; "
-                               "an adjustment naming a class the runtime does not know fails the container.")
+                               "an adjustment naming a class the runtime does not know fails the container. "
+                               "And its scheduling class (linux.scheduler, linux.io_priority: NRI v0.11+, "
+                               "containerd 2.2.1+; older runtimes skip them).")
 
 COMMAND = flags.Command(
     PROG,

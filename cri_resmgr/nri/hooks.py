@@ -6,7 +6,11 @@ reply: the policy's cpuset for a new container is its `ContainerAdjustment`, for
 UpdateContainer the update that keeps the policy's cpuset. The runtime's own part
 (creating, starting the container) comes after the reply, so the step the core is
 given does nothing. Updates the decision causes for other containers are collected
-into the hook's reply (`NriRuntime.collect`). A hook never fails the runtime's call
+into the hook's reply where NRI lets it carry them (CreateContainer, UpdateContainer,
+StopContainer, Synchronize); the other hooks' are carried to the next such reply or
+sent with UpdateContainers after theirs (`NriRuntime.carry`, `delivery.py`). An update
+of a container whose creation or start is in flight waits for its PostStartContainer
+(`NriRuntime.launching`). A hook never fails the runtime's call
 because of the policy: a failure is logged and counted, and the reply is left empty;
 only a resize the policy cannot meet fails the update.
 """
@@ -23,23 +27,29 @@ from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr.engine import classify
 from cri_resmgr.engine.cache import PodRecord
 from cri_resmgr.engine.core import ContainerSpec, Core, ResizeRefused
-from cri_resmgr.nri import ttrpc
+from cri_resmgr.nri import schedadjust, ttrpc
 from cri_resmgr.nri.view import NriRuntime, attempt, cri_resources
 from cri_resmgr.policy.api import Resources
+from cri_resmgr.policy.schedclass import SchedClass
 from cri_resmgr.transport.contract import UNCHANGED, DumpSink, Keep
 
 log = logging.getLogger(__name__)
 
 # Updates the decision caused go into the hook's reply if they are ready by then;
-# the rest are sent with UpdateContainers afterwards.
+# the rest are sent with UpdateContainers after the reply.
 FLUSH_TIMEOUT = 0.5
 # A hook answers within this share of the runtime's request timeout (2 s by default),
 # decision or not: the runtime never waits on the policy.
 HOOK_SHARE = 0.75
 
 # The events the plugin subscribes to (Configure): a bit per Event, (1 << (event - 1)).
+# PostStartContainer: the moment an update reaches a new container's cgroup (`post_start_container`).
+# PostCreateContainer and PostUpdateContainer are answered empty, but the runtime holds its
+# NRI lock for every event, subscribed or not: seen, they keep UpdateContainers out of them
+# (nri/delivery.py).
 EVENTS = (api.RUN_POD_SANDBOX, api.STOP_POD_SANDBOX, api.REMOVE_POD_SANDBOX, api.CREATE_CONTAINER,
-          api.START_CONTAINER, api.UPDATE_CONTAINER, api.STOP_CONTAINER, api.REMOVE_CONTAINER)
+          api.POST_CREATE_CONTAINER, api.START_CONTAINER, api.POST_START_CONTAINER, api.UPDATE_CONTAINER,
+          api.POST_UPDATE_CONTAINER, api.STOP_CONTAINER, api.REMOVE_CONTAINER)
 
 
 # Subscribed to where the runtime has it (NRI v0.10, containerd 2.2): containerd 2.1 and
@@ -123,10 +133,11 @@ class Hooks:
         self.runtime_config = ""  # ConfigureRequest.config, see `configure`
         # -nri-runtime-classes: a container's (blockio, rdt) classes by id, named in its adjustment.
         self.classes_of: Callable[[str], tuple[str | None, str | None]] | None = None
+        # -nri-runtime-classes: a new container's scheduling class, for its adjustment.
+        self.sched_of: Callable[[str], SchedClass | None] | None = None
         self.counts = HookCounts()
         self.request_timeout = 2.0  # the runtime's, from Configure
         self.shutdown = asyncio.Event()
-        self._late_sends: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
 
     # -- Feed ----------------------------------------------------------------------------
 
@@ -150,6 +161,7 @@ class Hooks:
         if req.request_timeout > 0:
             self.request_timeout = req.request_timeout / 1000
         self._sync_parts = None  # a new session: parts of a Synchronize the last one cut short are stale
+        self._runtime.delivery.synchronizing(False)
         self._runtime.configured()
         if self.on_configure is not None:
             async with self._lock:
@@ -179,8 +191,10 @@ class Hooks:
         containers += req.containers
         if req.more:
             self._sync_parts = (pods, containers)
+            self._runtime.delivery.synchronizing(True)  # the runtime holds its lock until the last part
             return api.SynchronizeResponse(more=True)
         self._sync_parts = None
+        self._runtime.delivery.synchronizing(False)
         log.info("synchronizing with the runtime: %d pods, %d containers", len(pods), len(containers))
         async with self._lock:
             self._runtime.synchronize(pods, containers)
@@ -221,18 +235,20 @@ class Hooks:
     async def run_pod(self, req: api.RunPodSandboxRequest) -> api.RunPodSandboxResponse:
         self._runtime.pod(req.pod)
         pod = pod_record(req.pod)
-        await self._hook("RunPodSandbox", lambda core: core.pod_started(pod), collect=False)
+        await self._hook("RunPodSandbox", lambda core: core.pod_started(pod), carries=False)
         return api.RunPodSandboxResponse()
 
     async def stop_pod(self, req: api.StopPodSandboxRequest) -> api.StopPodSandboxResponse:
         self._runtime.pod_stopped(req.pod)
-        # No updates in this reply (nor in the other pod events'): releasing the pod's
-        # containers changes the others with UpdateContainers.
-        await self._hook("StopPodSandbox", lambda core: core.pod_stopped(req.pod.id), collect=False)
+        for c in self._runtime.pod_containers(req.pod.id):
+            self._runtime.stopped(c)
+        # No updates in this reply (nor in the other pod events'): what releasing the pod's
+        # containers changes for the others is carried (`NriRuntime.carry`).
+        await self._hook("StopPodSandbox", lambda core: core.pod_stopped(req.pod.id), carries=False)
         return api.StopPodSandboxResponse()
 
     async def remove_pod(self, req: api.RemovePodSandboxRequest) -> api.RemovePodSandboxResponse:
-        await self._hook("RemovePodSandbox", lambda core: core.pod_removed(req.pod.id), collect=False)
+        await self._hook("RemovePodSandbox", lambda core: core.pod_removed(req.pod.id), carries=False)
         self._runtime.pod_removed(req.pod.id)
         return api.RemovePodSandboxResponse()
 
@@ -248,10 +264,8 @@ class Hooks:
                                    lambda core: _none(core.pod_resized(req.pod.id, resources, _nothing)))
         except ResizeRefused as e:
             raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
-        if out.updates:
-            sending = asyncio.ensure_future(self._runtime.push(out.updates))
-            self._late_sends.add(sending)
-            sending.add_done_callback(self._late_sends.discard)
+        if out.updates:  # sent once this reply is out (nri/delivery.py)
+            self._runtime.push(out.updates)
         return api.UpdatePodSandboxResponse()
 
     # -- containers ---------------------------------------------------------------------------
@@ -260,6 +274,7 @@ class Hooks:
         c = req.container
         self._runtime.pod(req.pod)
         self._runtime.container(c, api.CONTAINER_CREATED)
+        self._runtime.launching(c.id)  # until its PostStartContainer, updates of it wait
         spec = container_spec(req.pod, c)
         had = c.linux.resources.cpu
 
@@ -278,6 +293,10 @@ class Hooks:
                     reply.adjust.linux.resources.blockio_class.value = blockio
                 if rdt:
                     reply.adjust.linux.resources.rdt_class.value = rdt
+            if self.sched_of is not None:
+                sched = self.sched_of(c.id)
+                if sched is not None:
+                    schedadjust.adjust(reply.adjust.linux, sched)
         return reply
 
     def _heard_of(self, pod: api.PodSandbox, c: api.Container, state: int | None = None) -> None:
@@ -292,8 +311,15 @@ class Hooks:
 
     async def start_container(self, req: api.StartContainerRequest) -> api.StartContainerResponse:
         self._heard_of(req.pod, req.container, api.CONTAINER_RUNNING)
-        await self._hook("StartContainer", lambda core: core.start(req.container.id, _nothing), collect=False)
+        await self._hook("StartContainer", lambda core: core.start(req.container.id, _nothing), carries=False)
         return api.StartContainerResponse()
+
+    async def post_start_container(self, req: api.PostStartContainerRequest) -> api.PostStartContainerResponse:
+        """Its task runs: an update now reaches its cgroup. What was decided for it while
+        it was being created or started goes out after this reply (NriRuntime.started)."""
+        self._heard_of(req.pod, req.container, api.CONTAINER_RUNNING)
+        self._runtime.started(req.container.id)
+        return api.PostStartContainerResponse()
 
     async def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         """kubelet's update, with the policy's cpuset kept."""
@@ -318,12 +344,13 @@ class Hooks:
 
     async def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         self._heard_of(req.pod, req.container, api.CONTAINER_STOPPED)
+        self._runtime.stopped(req.container.id)
         out = await self._hook("StopContainer", lambda core: core.stopped(req.container.id))
         return api.StopContainerResponse(update=[u for u in out.updates if u.container_id != req.container.id])
 
     async def remove_container(self, req: api.RemoveContainerRequest) -> api.RemoveContainerResponse:
-        # No updates in this reply: what the release changes goes out with UpdateContainers.
-        await self._hook("RemoveContainer", lambda core: core.removed(req.container.id), collect=False)
+        # No updates in this reply: what the release changes is carried (`NriRuntime.carry`).
+        await self._hook("RemoveContainer", lambda core: core.removed(req.container.id), carries=False)
         self._runtime.container_removed(req.container.id)
         return api.RemoveContainerResponse()
 
@@ -337,23 +364,26 @@ class Hooks:
             await self.remove_pod(api.RemovePodSandboxRequest(pod=evt.pod))
         elif evt.event == api.START_CONTAINER:
             await self.start_container(api.StartContainerRequest(pod=evt.pod, container=evt.container))
+        elif evt.event == api.POST_START_CONTAINER:
+            await self.post_start_container(api.PostStartContainerRequest(pod=evt.pod, container=evt.container))
         elif evt.event == api.REMOVE_CONTAINER:
             await self.remove_container(api.RemoveContainerRequest(pod=evt.pod, container=evt.container))
         return api.Empty()
 
     # -- the engine ------------------------------------------------------------------------------
 
-    async def _hook(self, name: str, call: Callable[[Core], Awaitable[Resources | None]], collect: bool = True,
+    async def _hook(self, name: str, call: Callable[[Core], Awaitable[Resources | None]], carries: bool = True,
                     late: Callable[[Resources], api.ContainerUpdate] | None = None) -> Outcome:
         """Hands the event to the engine's core, if the core in force takes it. A
         decision later than HOOK_SHARE of the runtime's timeout is not waited for: the
         runtime gets an empty reply in time, and the decision, once made, goes out with
-        UpdateContainers (`late`: the container's own update from its resources)."""
+        UpdateContainers (`late`: the container's own update from its resources).
+        `carries`: the hook's reply has an update list; else the updates are carried."""
         core = self._engine
         self.counts.calls += 1
         if core is None or name not in core.events:
             return Outcome()
-        work = asyncio.ensure_future(self._decide(core, call, name, collect))
+        work = asyncio.ensure_future(self._decide(core, call, name, carries))
         deadline = self.request_timeout * HOOK_SHARE
         try:
             return await asyncio.wait_for(asyncio.shield(work), deadline)
@@ -363,23 +393,24 @@ class Hooks:
             return Outcome()
 
     async def _decide(self, core: Core, call: Callable[[Core], Awaitable[Resources | None]], name: str,
-                      collect: bool) -> Outcome:
+                      carries: bool) -> Outcome:
         async with self._lock:
-            if collect:
-                self._runtime.collect()
+            self._runtime.collect()
             out = Outcome()
             try:
                 out.resources = await call(core)
                 out.decided = True
-                if collect:
-                    await self._flushed()
+                await self._flushed()
             except ResizeRefused:
                 raise  # a resize the policy cannot meet fails the update: nothing was changed
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
                 self._failed(name, e)
                 out = Outcome()
             finally:
-                updates = self._runtime.collected() if collect else []
+                updates = self._runtime.collected()
+                if not carries:
+                    self._runtime.carry(updates)
+                    updates = []
         out.updates = updates
         return out
 
@@ -393,9 +424,7 @@ class Hooks:
             updates = [*updates, late(out.resources)]
         if updates:
             log.warning("sending %d late container updates with UpdateContainers", len(updates))
-            sending = asyncio.ensure_future(self._runtime.push(updates))
-            self._late_sends.add(sending)
-            sending.add_done_callback(self._late_sends.discard)
+            self._runtime.push(updates)
 
     async def _flushed(self) -> None:
         started = time.monotonic()

@@ -37,6 +37,10 @@ PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 REGISTRATION_TIMEOUT = 5.0  # NRI's default; registering takes one round trip
 UPDATE_TIMEOUT = 2.0
+# The NRI version the plugin tells the runtime at registration (NRI v0.12 exchanges versions
+# there, containerd/nri#271; older runtimes ignore the field): that of the api.proto subset it
+# speaks (protos/nri/nri_api.proto).
+NRI_VERSION = "v0.10.0"
 
 A = TypeVar("A", bound=Message)
 
@@ -128,14 +132,16 @@ class Plugin:
                        stop: asyncio.Event) -> bool:
         """One connection; True if the plugin registered on it."""
         mux = Mux(reader, writer)
+        # No UpdateContainers while the runtime waits for a reply of ours (nri/delivery.py).
         server = ttrpc.Server(mux.open(PLUGIN_SERVICE_CONN), self._handlers(), default_timeout=10.0,
-                              name="NRI plugin service")
+                              name="NRI plugin service", in_flight=self._runtime.delivery.watcher())
         client = ttrpc.Client(mux.open(RUNTIME_SERVICE_CONN), name="NRI runtime service")
         tasks = [asyncio.create_task(mux.run()), asyncio.create_task(server.serve()),
                  asyncio.create_task(client.receive())]
         registered = False
         try:
-            req = api.RegisterPluginRequest(plugin_name=self._id.name, plugin_idx=self._id.index)
+            req = api.RegisterPluginRequest(plugin_name=self._id.name, plugin_idx=self._id.index,
+                                            NRI_version=NRI_VERSION)
             t0 = time.monotonic()
             await client.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(), REGISTRATION_TIMEOUT)
             registered = True
@@ -143,10 +149,24 @@ class Plugin:
             log.info("registered with the runtime as NRI plugin %s (%.0f ms)", self._id,
                      (time.monotonic() - t0) * 1000)
 
+            updated = self._calls.method("UpdateContainers", intercepted=False)
+
             async def send(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
-                data = await client.call(RUNTIME_SERVICE, "UpdateContainers",
-                                         api.UpdateContainersRequest(update=updates).SerializeToString(),
-                                         UPDATE_TIMEOUT)
+                # The request is written before the first await (Delivery relies on it).
+                t0 = time.perf_counter_ns()
+                try:
+                    data = await client.call(RUNTIME_SERVICE, "UpdateContainers",
+                                             api.UpdateContainersRequest(update=updates).SerializeToString(),
+                                             UPDATE_TIMEOUT)
+                except ttrpc.TtrpcError as e:
+                    updated.error(_status_code(e.code))
+                    raise
+                finally:
+                    ns = time.perf_counter_ns() - t0
+                    updated.latency.observe_ns(ns)
+                    if ns / 1e9 > self._hooks.request_timeout:
+                        log.warning("UpdateContainers of %d containers took %.2fs, more than the runtime's "
+                                    "request timeout (%gs)", len(updates), ns / 1e9, self._hooks.request_timeout)
                 return list(api.UpdateContainersResponse.FromString(data).failed)
 
             self._runtime.connected(send, self._runtime.runtime_name, self._runtime.runtime_version)
@@ -181,6 +201,7 @@ class Plugin:
             "RemovePodSandbox": (api.RemovePodSandboxRequest, h.remove_pod),  # type: ignore[dict-item]
             "CreateContainer": (api.CreateContainerRequest, h.create_container),  # type: ignore[dict-item]
             "StartContainer": (api.StartContainerRequest, h.start_container),  # type: ignore[dict-item]
+            "PostStartContainer": (api.PostStartContainerRequest, h.post_start_container),  # type: ignore[dict-item]
             "UpdateContainer": (api.UpdateContainerRequest, h.update_container),  # type: ignore[dict-item]
             "StopContainer": (api.StopContainerRequest, h.stop_container),  # type: ignore[dict-item]
             "RemoveContainer": (api.RemoveContainerRequest, h.remove_container),  # type: ignore[dict-item]
@@ -189,7 +210,6 @@ class Plugin:
             # Subscribed to nothing that needs them, but a runtime may call them regardless.
             "PostUpdatePodSandbox": (api.PostUpdatePodSandboxRequest, _empty(api.PostUpdatePodSandboxResponse)),
             "PostCreateContainer": (api.PostCreateContainerRequest, _empty(api.PostCreateContainerResponse)),
-            "PostStartContainer": (api.PostStartContainerRequest, _empty(api.PostStartContainerResponse)),
             "PostUpdateContainer": (api.PostUpdateContainerRequest, _empty(api.PostUpdateContainerResponse)),
         }
         return {(PLUGIN_SERVICE, name): self._method(name, kind, fn) for name, (kind, fn) in table.items()}
@@ -228,6 +248,10 @@ class Plugin:
             return reply
 
         return handle
+
+
+def _status_code(code: int) -> grpc.StatusCode:
+    return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
 
 
 def _empty(kind: type[A]) -> Callable[[Message], Awaitable[Message]]:

@@ -150,9 +150,13 @@ class Server:
     caller's timeout (or `default_timeout`), so a slow one holds up no other."""
 
     def __init__(self, channel: Channel, handlers: Mapping[tuple[str, str], Handler],
-                 default_timeout: float = 10.0, name: str = "ttrpc server"):
+                 default_timeout: float = 10.0, name: str = "ttrpc server",
+                 in_flight: Callable[[bool], None] | None = None):
+        """`in_flight(True)` when a call goes to its handler, `in_flight(False)` once its
+        reply (or error) is written: what is written after that follows the reply."""
         self._ch = channel
         self._handlers = dict(handlers)
+        self._in_flight = in_flight
         self._default_timeout = default_timeout
         self._name = name
         self._tasks: set[asyncio.Task[None]] = set()
@@ -192,11 +196,20 @@ class Server:
             self._status(f.stream_id, Code.UNIMPLEMENTED, what)
             return
         timeout = req.timeout_nano / 1e9 if req.timeout_nano > 0 else self._default_timeout
+        if self._in_flight is not None:
+            self._in_flight(True)
         task = asyncio.get_running_loop().create_task(self._call(f.stream_id, req, handler, timeout))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _call(self, sid: int, req: tpb.Request, handler: Handler, timeout: float) -> None:
+        try:
+            await self._answer(sid, req, handler, timeout)
+        finally:
+            if self._in_flight is not None:
+                self._in_flight(False)
+
+    async def _answer(self, sid: int, req: tpb.Request, handler: Handler, timeout: float) -> None:
         try:
             reply = await asyncio.wait_for(handler(req.payload), timeout)
         except TtrpcError as e:
@@ -289,6 +302,11 @@ class Client:
             raise TtrpcError(Code.UNAVAILABLE, f"{service}/{method}: {e}") from None
         finally:
             self._pending.pop(sid, None)
+
+    @property
+    def in_flight(self) -> int:
+        """Calls made and not answered yet."""
+        return len(self._pending)
 
     def _close(self, why: str) -> None:
         self._closed = why

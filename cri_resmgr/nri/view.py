@@ -7,8 +7,10 @@ container updates either in a hook's reply or unsolicited (UpdateContainers).
 `NriRuntime` keeps that state and answers the port from it: pods, containers, a
 container's resources, pid and cgroups path, and the runtime's version as NRI
 reported them; an update becomes an NRI `ContainerUpdate`, collected into the reply
-of the hook being answered (`collect`/`collected`) or sent with UpdateContainers
-when no hook is. A container's attempt and its resources in the engine's record
+of the hook being answered (`collect`/`collected`), kept for a container whose
+creation or start is in flight until it has started (`launching`/`started`), or
+sent with UpdateContainers when no call of the runtime's is in flight (`delivery.py`).
+A container's attempt and its resources in the engine's record
 form (`attempt`, `cri_resources`) serve the hooks too.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
@@ -27,10 +29,14 @@ from cri_resmgr.engine.runtime import (
     ContainerPhase,
     NotFound,
     PodInfo,
-    RuntimeFailure,
     RuntimeVersion,
     Unavailable,
 )
+from cri_resmgr.nri.delivery import Delivery, SendUpdates
+
+# How long a container may take from its CreateContainer to its PostStartContainer before
+# updates owed to it are sent anyway (a start lost to a reconnection, a runtime that skips it).
+LAUNCH_LIMIT = 20.0
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +48,6 @@ _STATES: dict[int, ContainerPhase] = {
     api.CONTAINER_PAUSED: "running",
     api.CONTAINER_STOPPED: "exited",
 }
-
-# Sends updates with UpdateContainers; returns the ones the runtime failed.
-SendUpdates = Callable[[list[api.ContainerUpdate]], Awaitable[list[api.ContainerUpdate]]]
 
 
 def attempt(c: api.Container) -> int:
@@ -87,7 +90,8 @@ class NriRuntime:
         self._containers: dict[str, api.Container] = {}
         self.runtime_name = ""
         self.runtime_version = ""
-        self._send: SendUpdates | None = None
+        # UpdateContainers, never while a call of the runtime's is in flight (delivery.py).
+        self.delivery = Delivery()
         self._collecting: dict[str, api.ContainerUpdate] | None = None
         # False until the runtime's Synchronize of this session: then a container the
         # view does not know may still run (RuntimePort.listing_complete).
@@ -99,12 +103,13 @@ class NriRuntime:
         # Whether such updates are held (until `release_deferred`: then, with no Synchronize
         # to wait for, each is sent alone with UpdateContainers).
         self._holding = True
-        # Updates waiting for the next hook's reply (deferred ones a Synchronize confirmed).
-        self._carry: dict[str, api.ContainerUpdate] = {}
-        # Updates of containers the view has not heard of, made during a hook once nothing
-        # is held: sent with UpdateContainers after the hook's reply, not in it.
-        self._after_hook: dict[str, api.ContainerUpdate] = {}
-        self._pushing: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
+        # Containers whose creation or start is in flight (from their CreateContainer to
+        # their PostStartContainer) -> the update owed to each (None: none yet). containerd
+        # applies an update to nothing while it creates a container and to its spec only
+        # until its task has started, so such an update is sent once it has started.
+        self._launching: dict[str, api.ContainerUpdate | None] = {}
+        self._launch_timers: dict[str, asyncio.TimerHandle] = {}
+        self.sent_after_start = 0  # updates owed to a launching container, sent after its start
 
     @property
     def path(self) -> str:
@@ -113,15 +118,15 @@ class NriRuntime:
     # -- the connection --------------------------------------------------------------
 
     def connected(self, send: SendUpdates, runtime_name: str = "", runtime_version: str = "") -> None:
-        self._send = send
+        self.delivery.connected(send)
         self.runtime_name, self.runtime_version = runtime_name, runtime_version
 
     def disconnected(self) -> None:
-        self._send = None
+        self.delivery.disconnected()
 
     @property
     def up(self) -> bool:
-        return self._send is not None
+        return self.delivery.up
 
     # -- what NRI reports --------------------------------------------------------------
 
@@ -138,7 +143,16 @@ class NriRuntime:
         self._containers = {c.id: c for c in containers}
         self.listing_complete = True
         deferred, self._deferred = self._deferred, {}
-        self._carry.update({cid: u for cid, u in deferred.items() if cid in self._containers})
+        carried = [u for cid, u in deferred.items() if cid in self._containers]
+        # A container still being created or started stays so; one that runs now gets
+        # what it was owed (the Synchronize's reply takes carried updates).
+        for cid in list(self._launching):
+            c = self._containers.get(cid)
+            if c is None or c.state != api.CONTAINER_CREATED:
+                owed = self._landed(cid)
+                if owed is not None and c is not None:
+                    carried.append(owed)
+        self.delivery.carry(carried)
 
     def release_deferred(self) -> list[api.ContainerUpdate]:
         """No Synchronize came: the deferred updates, to send with UpdateContainers;
@@ -162,7 +176,10 @@ class NriRuntime:
         self._pods.pop(pod_id, None)
         self.stopped_pods.discard(pod_id)
         for cid in [c.id for c in self._containers.values() if c.pod_sandbox_id == pod_id]:
-            del self._containers[cid]
+            self.container_removed(cid)
+
+    def pod_containers(self, pod_id: str) -> list[str]:
+        return [c.id for c in self._containers.values() if c.pod_sandbox_id == pod_id]
 
     def container(self, c: api.Container, state: int | None = None) -> None:
         if not c.id:
@@ -175,26 +192,78 @@ class NriRuntime:
 
     def container_removed(self, container_id: str) -> None:
         self._containers.pop(container_id, None)
+        self._landed(container_id)
+        self.delivery.forget([container_id])
+
+    # -- containers being created or started ---------------------------------------------
+
+    def launching(self, container_id: str) -> None:
+        """Its CreateContainer: until its PostStartContainer, updates decided for it wait
+        (`started`). A runtime that never reports the start (a lost event) gets them after
+        LAUNCH_LIMIT, to its spec at worst, which the periodic reconcile checks."""
+        if not container_id:
+            return
+        self._landed(container_id)
+        self._launching[container_id] = None
+        self._launch_timers[container_id] = asyncio.get_running_loop().call_later(
+            LAUNCH_LIMIT, self._launch_expired, container_id)
+
+    def is_launching(self, container_id: str) -> bool:
+        return container_id in self._launching
+
+    def started(self, container_id: str) -> None:
+        """Its PostStartContainer: the task runs, so an update reaches its cgroup now. What
+        was decided for it meanwhile goes out with UpdateContainers after this event's reply."""
+        owed = self._landed(container_id)
+        if owed is not None:
+            self.sent_after_start += 1
+            log.info("container %s: update decided while its creation or start was in flight; "
+                     "sending it now that it has started (cpuset %s)", container_id[:12],
+                     owed.linux.resources.cpu.cpus)
+            self.delivery.queue([owed], urgent=True)
+
+    def stopped(self, container_id: str) -> None:
+        """Its start failed or it ended: nothing owed to it any more."""
+        self._landed(container_id)
+
+    def _launch_expired(self, container_id: str) -> None:
+        self._launch_timers.pop(container_id, None)
+        if container_id in self._launching:
+            log.warning("container %s: no PostStartContainer within %gs of its CreateContainer; "
+                        "its updates are sent as they come", container_id[:12], LAUNCH_LIMIT)
+            owed = self._launching.pop(container_id)
+            if owed is not None:
+                self.delivery.queue([owed], urgent=True)
+
+    def _landed(self, container_id: str) -> api.ContainerUpdate | None:
+        """No longer launching; the update owed to it, if any."""
+        timer = self._launch_timers.pop(container_id, None)
+        if timer is not None:
+            timer.cancel()
+        return self._launching.pop(container_id, None)
 
     # -- updates -------------------------------------------------------------------------
 
     def collect(self) -> None:
-        """From now until `collected`, updates are kept for the reply of the hook being answered."""
-        self._collecting, self._carry = self._carry, {}
+        """From now until `collected`, updates are kept for the reply of the hook being
+        answered, with those carried or queued for such a reply (`Delivery.take`)."""
+        self._collecting = self.delivery.take()
 
     def collected(self) -> list[api.ContainerUpdate]:
         updates, self._collecting = self._collecting, None
-        after, self._after_hook = self._after_hook, {}
-        if after:
-            task = asyncio.ensure_future(self.push(list(after.values())))
-            self._pushing.add(task)
-            task.add_done_callback(self._pushing.discard)
         return list(updates.values()) if updates else []
+
+    def carry(self, updates: list[api.ContainerUpdate]) -> None:
+        """Updates a hook whose reply carries none caused: for the next reply that can."""
+        self.delivery.carry(updates)
 
     async def update(self, container_id: str, resources: pb.LinuxContainerResources,
                      timeout: float = DEFAULT_TIMEOUT) -> None:
         """The port's update: its cpuset, in the reply of the hook being answered, else
-        with UpdateContainers (held while the view is partial: see `synchronize`)."""
+        with UpdateContainers (held while the view is partial: see `synchronize`; owed
+        to a container whose creation or start is in flight: see `launching`). Not
+        waited for: the runtime may hold an UpdateContainers until a hook ends, and a
+        hook may be waiting for this (Delivery); the runtime's failures are logged."""
         cid = container_id
         update = cpuset_update(cid, resources)
         if cid not in self._containers:
@@ -204,40 +273,35 @@ class NriRuntime:
                 self._deferred[cid] = update  # the runtime may well have it: see `synchronize`
                 return
             # No Synchronize is coming: sent alone, as the runtime may have it, never in a
-            # hook's reply (one it does not have could fail the runtime's call); during a
-            # hook, right after its reply, as a late decision's are (hooks.Hooks._late).
-            if self._collecting is not None:
-                self._after_hook[cid] = update
-                return
-            await self._send_alone(cid, update, NotFound)
+            # hook's reply (one it does not have could fail the runtime's call).
+            self._queue(update, alone=True)
+            return
+        if cid in self._launching:
+            self._launching[cid] = update
             return
         if self._collecting is not None:
             self._collecting[cid] = update
             return
-        await self._send_alone(cid, update, RuntimeFailure)
+        self._queue(update)
 
-    async def _send_alone(self, cid: str, update: api.ContainerUpdate, failed: type[RuntimeFailure]) -> None:
-        if self._send is None:
+    def _queue(self, update: api.ContainerUpdate, alone: bool = False) -> None:
+        if not self.delivery.up:
             raise Unavailable("not connected to the runtime's NRI socket")
-        try:
-            refused = await self._send([update])
-        except Exception as e:  # the ttRPC call's failure, as the engine understands one
-            raise Unavailable(f"UpdateContainers: {e}") from None
-        if refused:
-            raise failed(f"the runtime failed to update container {cid}")
+        self.delivery.queue([update], alone=alone)
 
-    async def push(self, updates: list[api.ContainerUpdate]) -> None:
-        """Sends updates with UpdateContainers now (a decision that missed its hook); logged, not raised."""
-        if self._send is None:
-            log.error("%d container updates lost: not connected to the runtime", len(updates))
-            return
-        try:
-            failed = await self._send(updates)
-        except Exception as e:  # logged: a later reconcile or decision sends them again
-            log.error("UpdateContainers failed: %s", e)
-            return
-        for u in failed:
-            log.error("the runtime failed to update container %s", u.container_id)
+    def push(self, updates: list[api.ContainerUpdate], alone: bool = False) -> None:
+        """Updates decided outside a hook's reply (a decision that missed its hook, held
+        ones released): with UpdateContainers as soon as nothing is in flight (a new
+        container may be on another's CPUs meanwhile), or owed to a container still starting."""
+        for u in updates:
+            if u.container_id in self._launching:
+                self._launching[u.container_id] = u
+            else:
+                self.delivery.queue([u], alone=alone, urgent=True)
+
+    async def drained(self) -> None:
+        """Until the updates queued or carried so far have been sent."""
+        await self.delivery.drained()
 
     # -- the rest of the engine's runtime port -------------------------------------------
 

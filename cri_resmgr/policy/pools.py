@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import CpuClassLayout
 from cri_resmgr.policy.resize import refusal
 from cri_resmgr.policy.restore import Rules, lost_exclusive
 from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
@@ -270,6 +271,8 @@ class PoolPolicy:
     _book: Book
     _base_shared: CPUSet
     _reserved: CPUSet
+    _available: CPUSet
+    _cpu_layout: CpuClassLayout
 
     def allocate(self, workload: Workload) -> Decision:
         self._check_new(workload)
@@ -373,6 +376,11 @@ class PoolPolicy:
 
     def _extra_pools(self, used: CPUSet) -> tuple[PoolUsage, ...]:
         return ()
+
+    def cpu_classes(self) -> CpuClassLayout:
+        """The configuration's CPU classes and which CPUs get which (policy/cpuclasses.py):
+        the shared pool's CPUs (and unused isolated ones) `SharedPoolCPUClass`."""
+        return replace(self._cpu_layout, cpus=self._available)
 
     def usage(self) -> PolicyUsage:
         """The pools and who holds what, for metrics and the node export (see usage.py)."""

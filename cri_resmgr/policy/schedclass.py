@@ -68,8 +68,10 @@ class SchedClass:
         if self.policy == "deadline":
             parts.append(f"deadline runtime {self.runtime_us}us deadline {self.deadline_us}us "
                          f"period {self.period_us or self.deadline_us}us")
-        elif self.policy != "none":
+        elif self.policy in ("fifo", "rr"):
             parts.append(f"{self.policy} priority {self.priority}")
+        elif self.policy != "none":
+            parts.append(self.policy)
         if self.flags:
             parts.append("flags " + ",".join(self.flags))
         if self.nice is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, QoS, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, parse_layout
 from cri_resmgr.policy.pools import (
     POOL_EXCLUSIVE,
     POOL_RESERVED,
@@ -42,7 +43,7 @@ __all__ = ["StaticPolicy", "NAME", "DESCRIPTION", "OPTIONS", "exclusive_cpus_wan
 
 NAME = "static"
 DESCRIPTION = "kubelet CPU manager static policy: exclusive CPUs for integer Guaranteed containers"
-OPTIONS = ("StrictReservation", *TUNING_OPTIONS)
+OPTIONS = ("StrictReservation", *LAYOUT_KEYS, *TUNING_OPTIONS)
 
 
 def exclusive_cpus_wanted(workload: Workload) -> int:
@@ -65,6 +66,7 @@ class StaticPolicy(PoolPolicy, ExclusiveTuning):
         check_options(context.options, OPTIONS, NAME)
         self._parse_tuning(context.options, f"policy.{NAME}")  # scheduling classes, interrupts
         self._strict = option_bool(context.options, "StrictReservation", NAME)
+        self._cpu_layout = parse_layout(context.options, NAME)
         available, reserved = checked_cpus(context)
         self._available = available
         self._reserved = reserved

@@ -26,6 +26,7 @@ from __future__ import annotations
 from cri_resmgr.bounded import short
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, parse_layout
 from cri_resmgr.policy.pools import (
     POOL_EXCLUSIVE,
     POOL_ISOLATED,
@@ -47,7 +48,7 @@ __all__ = ["StaticPlusPolicy", "NAME", "DESCRIPTION", "OPTIONS"]
 
 NAME = "static-plus"
 DESCRIPTION = "reserved, isolated and shared pools; exclusive CPUs for any container requesting whole CPUs"
-OPTIONS: tuple[str, ...] = TUNING_OPTIONS
+OPTIONS: tuple[str, ...] = (*LAYOUT_KEYS, *TUNING_OPTIONS)
 
 
 class StaticPlusPolicy(PoolPolicy, ExclusiveTuning):
@@ -55,6 +56,7 @@ class StaticPlusPolicy(PoolPolicy, ExclusiveTuning):
 
     def __init__(self, context: PolicyContext) -> None:
         check_options(context.options, OPTIONS, NAME)
+        self._cpu_layout = parse_layout(context.options, NAME)
         self._parse_tuning(context.options, f"policy.{NAME}")  # scheduling classes, interrupts
         available, reserved = checked_cpus(context)
         self._available = available

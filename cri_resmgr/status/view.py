@@ -60,6 +60,7 @@ class Row:
     id: str
     blockio: str = "-"  # block I/O class (docs/classes.md)
     rdt: str = "-"  # RDT class
+    sched: str = "-"  # scheduling class
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class View:
     pool_table: tuple[PoolRow, ...] = ()  # only when some pool has a kind (balloons, a pool tree)
     reload: str = ""  # the last configuration tried, as a line ("" in documents from before it was kept)
     stamp: str = ""  # node, time and relay version: `node n1, 2026-11-27 14:50:01 UTC, cri-resmgr 0.1.0`
+    cpu_classes: str = ""  # `CPU classes: turbo 2-3, eco 0-1` ("" when none)
+    cpu_class_failures: tuple[str, ...] = ()  # one line per file whose last write was refused
     warnings: tuple[str, ...] = ()  # what the kernel refuses or narrows of what was decided, one line each
 
 
@@ -128,7 +131,17 @@ def build(doc: Mapping[str, Any]) -> View:
     return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
                 machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
                 containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()),
-                reload=_reload(doc.get("reload")), stamp=_stamp(doc), warnings=_warnings(doc))
+                reload=_reload(doc.get("reload")), stamp=_stamp(doc), warnings=_warnings(doc),
+                cpu_classes=_cpu_classes(doc.get("cpu_classes")),
+                cpu_class_failures=tuple(f"CPU class write refused: {f.get('value')!r} to {f.get('path')}: "
+                                         f"{f.get('error')}" for f in doc.get("cpu_class_failures") or ()))
+
+
+def _cpu_classes(classes: Mapping[str, str] | None) -> str:
+    """`CPU classes: turbo 2-3, eco 0-1` (documents from before CPU classes have none)."""
+    if not classes:
+        return ""
+    return "CPU classes: " + ", ".join(f"{name} {cpus}" for name, cpus in classes.items())
 
 
 def _warnings(doc: Mapping[str, Any]) -> tuple[str, ...]:
@@ -222,7 +235,7 @@ def _row(c: Mapping[str, Any], short: str) -> Row:
                pool=c["pool"] or (NOT_MANAGED if c.get("managed") is False else "-"),
                exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
                id=(c["id"] or "creating")[:12], blockio=c.get("blockio_class") or "-",
-               rdt=c.get("rdt_class") or "-")
+               rdt=c.get("rdt_class") or "-", sched=c.get("sched_class") or "-")
 
 
 def _milli(value: int) -> str:

@@ -35,7 +35,7 @@ from cri_resmgr.transport.contract import (
     TransportStats,
 )
 from cri_resmgr.transport.methods import Method, MethodTable, split_path
-from cri_resmgr.transport.refusals import FailureLog, decode_request
+from cri_resmgr.transport.refusals import FailureLog, decode_request, in_kubelets_words
 from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES, Upstream
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,8 @@ def _metadata(context: _Context) -> tuple[tuple[str, str | bytes], ...]:
 async def _abort(context: _Context, e: grpc.aio.AioRpcError) -> NoReturn:
     # Trailing metadata must be a tuple here, or grpc.aio turns every upstream
     # error into UNKNOWN.
-    await context.abort(e.code(), e.details() or "", tuple(e.trailing_metadata() or ()))
+    await context.abort(e.code(), in_kubelets_words(e.code(), e.details() or ""),
+                        tuple(e.trailing_metadata() or ()))
 
 
 async def _stream_replies(call: _ReplyStream, context: _Context, path: str, call_id: int, t0: float,

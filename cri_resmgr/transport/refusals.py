@@ -8,6 +8,7 @@ component must not be something a client can flood.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import grpc
@@ -23,6 +24,28 @@ def decode_request(request_type: type[Message], method: str, data: bytes) -> Mes
         return request_type.FromString(data)
     except DecodeError as e:
         raise InterceptError(grpc.StatusCode.INTERNAL, f"cri-resmgr: cannot decode the {method} request: {e}") from None
+
+
+def too_large(size: int, limit: int) -> str:
+    """grpc-go's words for a message over the limit (RESOURCE_EXHAUSTED): what containerd and
+    CRI-O answer kubelet for a request, and what kubelet's own client says of a reply."""
+    return f"grpc: received message larger than max ({size} vs. {limit})"
+
+
+# grpcio's words for the same, as its channel reports a reply over its limit.
+_GRPCIO_TOO_LARGE = re.compile(r"(?:Stream removed \()?(?:CLIENT: )?Received message larger than max "
+                               r"\((\d+) vs\. (\d+)\)\)?")
+
+
+def in_kubelets_words(code: grpc.StatusCode, details: str) -> str:
+    """`details` of the runtime call's error as kubelet would have read them calling the
+    runtime itself: a reply over the relay channel's limit (kubelet's own) is named in
+    grpc-go's words rather than grpcio's; anything else is unchanged."""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        m = _GRPCIO_TOO_LARGE.fullmatch(details)
+        if m:
+            return too_large(int(m.group(1)), int(m.group(2)))
+    return details
 
 
 class FailureLog:

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark section in one run, one table each.
 
-    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|nri-sync|resize|
+    python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|nri-sync|nri-irq|resize|
                                   big-machine ...] [--json FILE]
 
 Sections:
@@ -19,6 +19,8 @@ Sections:
            containers; p99 target 5 ms (tests.bench.nri)
   nri-sync the NRI plugin's start against 1000 running containers: registration to
            active, and Synchronize end to end; target 200 ms (tests.bench.nri_sync)
+  nri-irq  the NRI plugin's Synchronize under balloons with 100 containers and 600
+           controllable IRQs on a kernel-like /proc; target 200 ms (tests.bench.nri_irq)
   resize   in-place resize decisions of every policy, 512 CPUs / 1000 containers;
            p99 target 2 ms (tests.bench.resize)
   big-machine  every policy's decisions and the engine's calls on 4096 sparse CPUs,
@@ -49,6 +51,7 @@ from tests.bench import allocator as bench_allocator
 from tests.bench import balloons as bench_balloons
 from tests.bench import big_machine as bench_big_machine
 from tests.bench import nri as bench_nri
+from tests.bench import nri_irq as bench_nri_irq
 from tests.bench import nri_sync as bench_nri_sync
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
@@ -133,6 +136,7 @@ SECTIONS: dict[str, Section] = {
                               bench_topology_aware.format_result),
     "nri": Section("nri", lambda log: bench_nri.run(), bench_nri.format_result),
     "nri-sync": Section("nri-sync", lambda log: bench_nri_sync.run(), bench_nri_sync.format_result),
+    "nri-irq": Section("nri-irq", lambda log: bench_nri_irq.run(), bench_nri_irq.format_result),
     "resize": Section("resize", lambda log: bench_resize.run(), bench_resize.format_result),
     "big-machine": Section("big-machine", lambda log: bench_big_machine.run(log=log), bench_big_machine.format_result),
 }

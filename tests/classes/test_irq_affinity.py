@@ -11,22 +11,7 @@ from cri_resmgr.classes.irq import IrqWriter, parse_interrupts
 from cri_resmgr.classes.irqplan import Irq, changes, plan
 from cri_resmgr.policy.irqs import Intent, parse_selection
 from cri_resmgr.topology.cpuset import CPUSet
-
-
-def kernel_like_proc(root: Path, irqs: int, cpus: int = 8, first: int = 24) -> None:
-    """/proc/interrupts with `irqs` numbered lines (and the per-CPU ones the kernel adds),
-    and each IRQ's smp_affinity_list holding every CPU, as after boot."""
-    lines = ["          " + "".join(f"CPU{i:<8}" for i in range(cpus))]
-    for n in range(first, first + irqs):
-        name = f"virtio{n % 7}-input.{n}" if n % 2 else f"nvme0q{n}"
-        lines.append(f"{n:4}: " + " ".join("0" for _ in range(cpus)) + f"  PCI-MSIX-0000:00:{n % 32:02x}.0 "
-                     f"{n}-edge      {name}")
-        d = root / "proc" / "irq" / str(n)
-        d.mkdir(parents=True)
-        (d / "smp_affinity_list").write_text(f"0-{cpus - 1}\n")
-    lines += ["NMI:  " + " ".join("0" for _ in range(cpus)) + "  Non-maskable interrupts",
-              "LOC:  " + " ".join("9" for _ in range(cpus)) + "  Local timer interrupts"]
-    (root / "proc" / "interrupts").write_text("\n".join(lines) + "\n")
+from tests.harness.procirq import kernel_like_proc
 
 
 class Counting(HostRoot):

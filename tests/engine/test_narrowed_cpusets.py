@@ -103,3 +103,22 @@ def test_the_effective_set_and_the_cgroup_that_narrows_it_are_read(tmp_path):
     cgroupfs.write_like_kernel(root, root / "sys/fs/cgroup/kubepods/cpuset.cpus", "1")
     got = reader.read(7, "ctr")
     assert got is not None and (str(got.cpus), str(got.enforced), got.narrowed_by) == ("0-1,4-7", "1", "/kubepods")
+
+
+def test_v1_reads_cpuset_effective_cpus(tmp_path):
+    """cgroup v1's cpuset hierarchy names the effective set cpuset.effective_cpus (a CPU offline, say)."""
+    cg = tmp_path / "cg" / "cpuset"
+    ctr = cg / "kubepods" / "pod1" / "ctr"
+    ctr.mkdir(parents=True)
+    for d, cpus, effective in ((cg, "0-3", "0-2"), (cg / "kubepods", "0-3", "0-2"),
+                               (cg / "kubepods" / "pod1", "0-3", "0-2"), (ctr, "2-3", "2")):
+        (d / "cpuset.cpus").write_text(cpus + "\n")
+        (d / "cpuset.effective_cpus").write_text(effective + "\n")
+    (ctr / "cpuset.mems").write_text("0\n")
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "mountinfo").write_text(f"34 31 0:31 / {cg} rw,relatime - cgroup cgroup rw,cpuset\n")
+    (proc / "7").mkdir()
+    (proc / "7" / "cgroup").write_text("3:cpuset:/kubepods/pod1/ctr\n")
+    got = CgroupReader(str(proc)).read(7, "ctr")
+    assert got is not None and (str(got.cpus), str(got.enforced), got.narrowed_by) == ("2-3", "2", "/")

@@ -272,6 +272,13 @@ disabled_plugins = [
         [{rt}.containerd.runtimes.runc.options]
           SystemdCgroup = {sd}
           Root = {q(layout.runc_root)}
+      # runc behind a gate (GATED_RUNTIME), as in the 1.x configuration.
+      [{rt}.containerd.runtimes.{GATED_RUNTIME}]
+        runtime_type = "io.containerd.runc.v2"
+        [{rt}.containerd.runtimes.{GATED_RUNTIME}.options]
+          SystemdCgroup = false
+          Root = {q(layout.runc_root)}
+          BinaryName = {q(layout.gated_runc)}
 
     [{rt}.cni]
       bin_dirs = [{q(layout.cni_bin)}]

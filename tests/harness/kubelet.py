@@ -69,6 +69,8 @@ API_MODULES: dict[str, tuple[ModuleType, ModuleType]] = {
 }
 
 
+KUBELET_MAX_MESSAGE = 16 << 20  # kubelet's grpc.MaxCallRecvMsgSize
+
 @dataclass
 class PodHandle:
     """A pod started by `Kubelet.start_pod`."""
@@ -124,7 +126,9 @@ class Kubelet:
         else:
             self.log_root = Path(log_root)
             self._remove_log_root = None
-        self.channel = grpc.insecure_channel(grpc_target(address))
+        # kubelet's CRI client takes replies of up to 16 MiB (gRPC's default is 4 MiB).
+        self.channel = grpc.insecure_channel(grpc_target(address),
+                                             options=[("grpc.max_receive_message_length", KUBELET_MAX_MESSAGE)])
         self.runtime = stubs.RuntimeServiceStub(self.channel)
         self.images = stubs.ImageServiceStub(self.channel)
         self.kubelet_version = kubelet_version

@@ -6,6 +6,16 @@ connection 2; the double then calls Configure and Synchronize on connection 1
 with the pods and containers it holds, and applies the updates the plugin
 answers with, as a runtime would (a ContainerAdjustment's cpuset to the new
 container, ContainerUpdates to the others, unsolicited UpdateContainers too).
+
+As containerd does, an update reaches a container's spec (`cpus`) once the container
+exists, and its cgroup (`real_cpus`) only once its task has started: a container's
+task takes the spec's cpuset when it is made, before the StartContainer hook, and runs
+once that hook has answered (`create`'s `hold` keeps it between the two, as the
+session containerd's gated runtime does). An UpdateContainers that arrives while a call
+of the double's to the plugin is in flight is recorded in `overlaps`: containerd before
+NRI v0.12.1 can deadlock on it. A call on its way while the plugin sends an update of
+its own counts too (neither side can tell it from one the plugin had), so `overlaps`
+means something where a scenario makes no call while the plugin may send on its own.
 """
 
 from __future__ import annotations
@@ -60,6 +70,10 @@ class RuntimeDouble:
         self.pods: dict[str, api.PodSandbox] = {}
         self.containers: dict[str, api.Container] = {}
         self.unsolicited: list[api.ContainerUpdate] = []
+        # UpdateContainers that came while a call to the plugin was in flight: (its updates' ids, the calls)
+        self.overlaps: list[tuple[list[str], int]] = []
+        self.real: dict[str, str] = {}  # a started task's cgroup cpuset, by container id
+        self.running: set[str] = set()  # containers whose task has started
         self.sessions: list[Session] = []
         self.sync_parts = sync_parts  # >1: Synchronize in parts with `more`, as newer runtimes do
         self.plugin_config = ""  # ConfigureRequest.config: a launched plugin's configuration file
@@ -96,7 +110,7 @@ class RuntimeDouble:
         session = Session(mux, client, [])
         server = ttrpc.Server(mux.open(RUNTIME_SERVICE_CONN), {
             (RUNTIME_SERVICE, "RegisterPlugin"): lambda data: self._register(session, data),
-            (RUNTIME_SERVICE, "UpdateContainers"): self._update_containers,
+            (RUNTIME_SERVICE, "UpdateContainers"): lambda data: self._update_containers(session, data),
         }, name="double runtime service")
         session.tasks = [asyncio.create_task(mux.run()), asyncio.create_task(server.serve()),
                          asyncio.create_task(client.receive())]
@@ -151,8 +165,10 @@ class RuntimeDouble:
         if self.clock is not None:
             session.cpu[moment] = self.clock()
 
-    async def _update_containers(self, data: bytes) -> bytes:
+    async def _update_containers(self, session: Session, data: bytes) -> bytes:
         req = api.UpdateContainersRequest.FromString(data)
+        if session.plugin.in_flight:
+            self.overlaps.append(([u.container_id for u in req.update], session.plugin.in_flight))
         self.unsolicited.extend(req.update)
         self._apply_updates(req.update)
         return api.UpdateContainersResponse().SerializeToString()
@@ -202,7 +218,11 @@ class RuntimeDouble:
                 c.state = api.CONTAINER_STOPPED
         await self.call("StopPodSandbox", api.StopPodSandboxRequest(pod=self.pods[pod_id]), api.StopPodSandboxResponse)
 
-    async def create(self, container: api.Container) -> api.CreateContainerResponse:
+    async def create(self, container: api.Container, hold: asyncio.Event | None = None,
+                     held: asyncio.Event | None = None) -> api.CreateContainerResponse:
+        """CreateContainer, StartContainer, PostStartContainer, as containerd's CRI
+        CreateContainer and StartContainer make them; `hold`: the task is made but not
+        started until it is set (`held` is set then)."""
         container.state = api.CONTAINER_CREATED
         pod = self.pods[container.pod_sandbox_id]
         reply = await self.call("CreateContainer", api.CreateContainerRequest(pod=pod, container=container),
@@ -215,9 +235,17 @@ class RuntimeDouble:
             container.linux.resources.cpu.mems = cpu.mems
         self.containers[container.id] = container
         self._apply_updates(reply.update)
+        self.real[container.id] = container.linux.resources.cpu.cpus  # the task, made from the spec
         container.state = api.CONTAINER_RUNNING
         await self.call("StartContainer", api.StartContainerRequest(pod=pod, container=container),
                         api.StartContainerResponse)
+        if hold is not None:
+            if held is not None:
+                held.set()
+            await hold.wait()
+        self.running.add(container.id)
+        await self.call("PostStartContainer", api.PostStartContainerRequest(pod=pod, container=container),
+                        api.PostStartContainerResponse)
         return reply
 
     async def start_event(self, cid: str) -> api.StartContainerResponse:
@@ -232,6 +260,7 @@ class RuntimeDouble:
     async def stop(self, cid: str) -> api.StopContainerResponse:
         c = self.containers[cid]
         c.state = api.CONTAINER_STOPPED
+        self.running.discard(cid)
         reply = await self.call("StopContainer",
                                 api.StopContainerRequest(pod=self.pods[c.pod_sandbox_id], container=c),
                                 api.StopContainerResponse)
@@ -241,6 +270,8 @@ class RuntimeDouble:
 
     async def remove(self, cid: str) -> None:
         c = self.containers.pop(cid)
+        self.running.discard(cid)
+        self.real.pop(cid, None)
         await self.call("RemoveContainer", api.RemoveContainerRequest(pod=self.pods[c.pod_sandbox_id], container=c),
                         api.RemoveContainerResponse)
 
@@ -278,11 +309,18 @@ class RuntimeDouble:
             cpu = u.linux.resources.cpu
             if cpu.cpus:
                 c.linux.resources.cpu.cpus = cpu.cpus
+                if u.container_id in self.running:
+                    self.real[u.container_id] = cpu.cpus
             if cpu.mems:
                 c.linux.resources.cpu.mems = cpu.mems
 
     def cpus(self, cid: str) -> str:
+        """The cpuset of the container's spec."""
         return self.containers[cid].linux.resources.cpu.cpus
+
+    def real_cpus(self, cid: str) -> str:
+        """The cpuset of its task's cgroup; a container the double did not start has the spec's."""
+        return self.real.get(cid, self.cpus(cid))
 
 
 # -- building pods and containers as kubelet would have them ----------------------------------------

@@ -140,6 +140,7 @@ def test_after_the_grace_without_synchronize_updates_of_unheard_containers_are_s
         mine = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
         assert len(mine) == 2
         await second.controller.flush()
+        await second.runtime.drained()  # UpdateContainers goes out from its own task
         told = {u.container_id: CPUSet.parse(u.linux.resources.cpu.cpus) for u in [*second.sent, *reply.update]}
         assert "a1" in told and not (told["a1"] & mine)  # a1 left g2's CPUs
         await second.close()

@@ -44,6 +44,7 @@ def test_a_pod_resize_moves_the_container_that_takes_the_pods_size_and_refuses_w
     async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
         s = await double.wait_ready()
         assert s.refused is None and s.configured is not None and s.configured.events & POD_RESIZE_BIT
+        assert s.registered is not None and s.registered.NRI_version == "v0.10.0"  # NRI v0.12's version exchange
         await double.run_pod(pod("b", "besteffort"))
         await double.create(container("be", "b"))
         p = pod("p", "guaranteed")

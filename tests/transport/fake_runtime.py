@@ -3,9 +3,10 @@
 Tests of the relay against the real containerd live in test_relay_containerd.py;
 this one only answers what a real runtime cannot be made to do on demand:
 trailing metadata, chosen status codes, slow calls, echoing metadata and deadlines,
-and the calls of kubelets newer than the containerd releases here: StreamContainers and
-StreamPodSandboxes (KEP-5825), streamed as `streamed` says, or UNIMPLEMENTED as
-containerd 1.6-2.1 answer them (`streaming = False`), and RuntimeConfig.
+replies of a chosen size (`replies`: thousands of containers without creating them),
+and the calls of kubelets newer than the containerd releases here: the six Stream* lists
+(KEP-5825), streamed as `streamed` says, or UNIMPLEMENTED as containerd 1.6-2.1 answer
+them (`streaming = False`), and RuntimeConfig.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import grpc
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 
 V1 = "/runtime.v1.RuntimeService/"
+# KEP-5825's streamed lists, by path.
+STREAMS = {V1 + m: m for m in ("StreamContainers", "StreamPodSandboxes", "StreamContainerStats",
+                               "StreamPodSandboxStats", "StreamPodSandboxMetrics")}
+STREAMS["/runtime.v1.ImageService/StreamImages"] = "StreamImages"
 
 
 # Fixed 64 KiB flow-control windows (no BDP growth): a relay that loses track
@@ -32,14 +37,16 @@ class FakeRuntime:
         self.seen_metadata: dict[str, str] = {}
         self.seen_remaining: float | None = None
         self.requests: dict[str, bytes] = {}
+        # Method name -> the serialized reply it answers with (instead of the echo).
+        self.replies: dict[str, bytes] = {}
         self.unimplemented: set[str] = set()  # paths answered UNIMPLEMENTED, as by a runtime without them
-        # StreamContainers / StreamPodSandboxes: the messages each call streams (serialized
-        # StreamContainersResponse / StreamPodSandboxesResponse), then OK; `stream_fails` after
-        # that many messages, the runtime aborts the stream with UNAVAILABLE instead; with
-        # `stream_gate` set, it waits on it before each message after the first (a test cancels
-        # meanwhile); `streaming = False`: UNIMPLEMENTED, as containerd before streaming.
+        # The Stream* lists, by method name: the messages each call streams (serialized
+        # StreamContainersResponse...), then OK; `stream_fails` after that many messages, the
+        # runtime aborts the stream with UNAVAILABLE instead; with `stream_gate` set, it waits on
+        # it before each message after the first (a test cancels meanwhile); `streaming = False`:
+        # UNIMPLEMENTED, as containerd before streaming.
         self.streaming = True
-        self.streamed: dict[str, list[bytes]] = {"StreamContainers": [], "StreamPodSandboxes": []}
+        self.streamed: dict[str, list[bytes]] = {m: [] for m in STREAMS.values()}
         self.stream_fails: int | None = None
         self.stream_gate: asyncio.Event | None = None
         self.stream_cancelled = asyncio.Event()
@@ -81,6 +88,10 @@ class _Handlers(grpc.GenericRpcHandler):
             ctx.set_trailing_metadata((("x-echo-len", str(len(req))),))
             return req
 
+        async def canned(req: bytes, ctx):
+            f.requests[name] = req
+            return f.replies[name.rpartition("/")[2]]
+
         async def not_found(req: bytes, ctx):
             await ctx.abort(grpc.StatusCode.NOT_FOUND, "container \"abc\" not found",
                             (("x-reason", "gone"),))
@@ -105,7 +116,7 @@ class _Handlers(grpc.GenericRpcHandler):
         async def streamed(req: bytes, ctx):
             f.requests[name] = req
             try:
-                for i, message in enumerate(f.streamed[name[len(V1):]]):
+                for i, message in enumerate(f.streamed[STREAMS[name]]):
                     if i == f.stream_fails:
                         await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake: the runtime lost its listing")
                     if i and f.stream_gate is not None:
@@ -119,7 +130,9 @@ class _Handlers(grpc.GenericRpcHandler):
             f.requests[name] = req
             return f.runtime_config.SerializeToString()
 
-        if name in (V1 + "StreamContainers", V1 + "StreamPodSandboxes"):
+        if name.rpartition("/")[2] in f.replies:
+            return grpc.unary_unary_rpc_method_handler(canned)
+        if name in STREAMS:
             return grpc.unary_stream_rpc_method_handler(streamed) if f.streaming else None
         if name == V1 + "RuntimeConfig":  # None: UNIMPLEMENTED, as containerd 1.6 and 1.7
             return grpc.unary_unary_rpc_method_handler(runtime_config) if f.runtime_config is not None else None

@@ -304,3 +304,21 @@ def test_the_frame_loop_bench_runs_observed_streams():
     result = frameloop.measure(("ListContainers", "StreamContainers"), calls=3,
                                interceptors=frameloop._observers(), stream_batch=1)
     assert set(result) == {"ListContainers", "StreamContainers"}
+
+
+def test_the_other_streamed_lists_pass_through_unread(tmp_path, transport):
+    """StreamPodSandboxes, the stats, metrics and images streams: relayed as they come,
+    as their List* calls are, with crash detection's observer in the table."""
+    from fake_runtime import STREAMS
+
+    readings: list[Reading] = []
+    s = _setup(tmp_path, transport, readings)
+    try:
+        for path, name in STREAMS.items():
+            if name == "StreamContainers":
+                continue
+            s.fake.streamed[name] = sent = [b"\x0a\x02\x0a\x00" * (i + 1) for i in range(3)]
+            assert list(s.channel.unary_stream(path)(b"")) == sent, path
+        assert readings == []
+    finally:
+        s.close()

@@ -24,6 +24,7 @@ from cri_resmgr.policy.balloons.restore import BalloonsRules
 from cri_resmgr.policy.balloons.sizing import Nearness, cpus_for_request
 from cri_resmgr.policy.balloons.types import DEFAULT, RESERVED, SECTION, BalloonType, check_node, parse_config
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import CpuClassLayout
 from cri_resmgr.policy.irqs import Intent, Selection
 from cri_resmgr.policy.pools import checked_cpus
 from cri_resmgr.policy.schedclass import Choice
@@ -48,6 +49,7 @@ class BalloonsPolicy:
             raise ConfigValueError(f"policy.ReservedResources.CPU: all available CPUs ({available}) are "
                                    "reserved; none left for balloons")
         self._topology = context.topology
+        self._available = available
         self._restoring = False
         self._moved: tuple[set[Balloon], list[str]] = (set(), [])
         self._book = Book(self._config, Nearness(context.topology, reserved), assignable, reserved)
@@ -291,6 +293,15 @@ class BalloonsPolicy:
     def book(self) -> Book:
         return self._book
 
+    def cpu_classes(self) -> CpuClassLayout:
+        """The configuration's CPU classes and which CPUs get which (policy/cpuclasses.py): a
+        balloon's CPUs its type's CPUClass (a dedicated container's too), the CPUs in no
+        balloon IdleCPUClass. A type's CPUClass without CPUClasses does nothing, as before."""
+        classes = self._config.cpu_classes
+        kinds = {t.name: t.cpu_class for t in self._config.types if t.cpu_class and t.cpu_class in classes}
+        return CpuClassLayout(classes=classes, kinds=kinds, rest=self._config.idle_cpu_class,
+                              cpus=self._available, exclusive_in_pool=True, annotations=False)
+
     def usage(self) -> PolicyUsage:
         book = self._book
         pools = []
@@ -314,6 +325,10 @@ class BalloonsPolicy:
     @property
     def tunes(self) -> bool:
         return bool(self._config.sched.classes or self._config.irqs)
+
+    @property
+    def moves_irqs(self) -> bool:
+        return bool(self._config.irqs)
 
     def scheduling_class(self, workload: Workload) -> Choice:
         """The annotation's class, else its balloon type's SchedulingClass (the type it

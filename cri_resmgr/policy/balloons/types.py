@@ -38,6 +38,7 @@ from cri_resmgr.bounded import clip, short
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.balloons.tuning import TUNING_POLICY_OPTIONS, TUNING_TYPE_OPTIONS, BalloonTuning, parse_tuning
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import CpuClassDef, class_option, parse_classes, pick
 from cri_resmgr.policy.expression import Expression, ExpressionError, parse_list
 from cri_resmgr.policy.irqs import NOTHING, Selection
 from cri_resmgr.policy.pools import option_bool
@@ -68,11 +69,11 @@ SHARE_LEVELS: dict[str, Level | None] = {
 }
 
 POLICY_OPTIONS = ("BalloonTypes", "PinMemory", "ReservedPoolNamespaces", "PreferSpreadOnPhysicalCores",
-                  "AllocatorTopologyBalancing", *TUNING_POLICY_OPTIONS)
+                  "AllocatorTopologyBalancing", "CPUClasses", "IdleCPUClass", *TUNING_POLICY_OPTIONS)
 TYPE_OPTIONS = (
     "Name", "Namespaces", "MatchExpressions", "MinCPUs", "MaxCPUs", "MinBalloons", "MaxBalloons",
     "AllocatorPriority", "PreferSpreadingPods", "PreferNewBalloons", "PreferPerNamespaceBalloon",
-    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CpuClass", "PreferSpreadOnPhysicalCores",
+    "ShareIdleCPUsInSame", "HideHyperthreads", "PinMemory", "CPUClass", "PreferSpreadOnPhysicalCores",
     "AllocatorTopologyBalancing", *TUNING_TYPE_OPTIONS,
 )
 # nri-plugins' numeric AllocatorPriority: 0 High, 1 Normal, 2 Low, 3 None.
@@ -126,6 +127,10 @@ class BalloonType:
 class BalloonsConfig:
     types: tuple[BalloonType, ...]  # matching order; reserved and default included
     reserved_namespaces: tuple[str, ...]
+    # CPUClasses (policy/cpuclasses.py) and the class of the CPUs in no balloon. A type's
+    # CPUClass names one of them; without CPUClasses it is kept and does nothing, as before.
+    cpu_classes: Mapping[str, CpuClassDef] = field(default_factory=dict)
+    idle_cpu_class: str | None = None
     sched: Rules = NO_RULES  # SchedulingClasses
     irqs: Selection = NOTHING  # ControllableInterrupts
 
@@ -181,8 +186,17 @@ def parse_config(options: Mapping[str, Any], section: str = SECTION) -> Balloons
     default = _sane_default(default)
     user = sorted(parsed.values(), key=lambda t: t.order)
     types = (reserved, *user, _reordered(default, count))
+    name = section.removeprefix("policy.")
+    classes = parse_classes(options, name)
+    idle = class_option(options, "IdleCPUClass", name, classes)
+    if classes:
+        for t in types:
+            if t.cpu_class:
+                where = f"{section}.BalloonTypes[{'Name=' + t.name if t.name in (RESERVED, DEFAULT) else t.order}]"
+                pick(t.cpu_class, f"{where}.CPUClass", classes)
     sched, irqs = parse_tuning(options, types, section)
-    return BalloonsConfig(types=types, reserved_namespaces=reserved_ns, sched=sched, irqs=irqs)
+    return BalloonsConfig(types=types, reserved_namespaces=reserved_ns, cpu_classes=classes, idle_cpu_class=idle,
+                          sched=sched, irqs=irqs)
 
 
 def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, what: str) -> dict[str, Any]:
@@ -244,9 +258,10 @@ def parse_type(entry: Any, where: str, pin_default: bool = True, order: int = 0,
             raise ConfigValueError(f"{where}.ShareIdleCPUsInSame: {short(share)} is not one of "
                                    f"{', '.join(SHARE_LEVELS)}")
         share = share.strip().lower()
-    cpu_class = entry.get("CpuClass", "")
+    cpu_class = entry.get("CPUClass", "")  # CpuClass too (canonical_keys): CRI Resource Manager's spelling
     if not isinstance(cpu_class, str):
-        raise ConfigValueError(f"{where}.CpuClass: expected a class name, got {short(cpu_class)}")
+        raise ConfigValueError(f"{where}.CPUClass: expected a class name, got {short(cpu_class)}")
+    cpu_class = cpu_class.strip()
     section = where.removeprefix("policy.")
     return BalloonType(
         name=name,

@@ -11,6 +11,10 @@
         ColocatePods: false
         ColocateNamespaces: false
         UnlimitedBurstable: package   # Burstable without a CPU limit: no lower than this level
+        CPUClasses: [{Name: turbo, MinFreq: 3000000}]   # policy/cpuclasses.py, docs/classes.md
+        DefaultExclusiveCPUClass: turbo
+        SharedPoolCPUClass: ""
+        ReservedPoolCPUClass: ""
 
 Unknown names are rejected with the name (policy.topology-aware.NAME), so a typo does
 not silently mean the default.
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 
 from cri_resmgr.bounded import short
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, CpuClassLayout, parse_layout
 from cri_resmgr.policy.pools import check_options, option_bool
 from cri_resmgr.policy.tuning import TUNING_OPTIONS
 
@@ -31,7 +36,7 @@ __all__ = ["NAME", "OPTIONS", "Options", "parse_options", "parse_level", "LEVEL_
 
 NAME = "topology-aware"
 OPTIONS = ("PinCPU", "PinMemory", "PreferIsolatedCPUs", "PreferSharedCPUs", "ReservedPoolNamespaces",
-           "ColocatePods", "ColocateNamespaces", "UnlimitedBurstable", *TUNING_OPTIONS)
+           "ColocatePods", "ColocateNamespaces", "UnlimitedBurstable", *LAYOUT_KEYS, *TUNING_OPTIONS)
 # Names of a tree level (the lowest level a Burstable container without a CPU limit may
 # be placed at); None: any level. nri-plugins' names (system, package, die, numa) and ours.
 LEVEL_NAMES: dict[str, str | None] = {
@@ -50,6 +55,7 @@ class Options:
     colocate_pods: bool = False
     colocate_namespaces: bool = False
     unlimited_burstable: str | None = DEFAULT_UNLIMITED_BURSTABLE
+    cpu_classes: CpuClassLayout = CpuClassLayout()  # CPUClasses and the pools' classes (without CPUs)
 
     def reserved_namespace(self, namespace: str) -> bool:
         return any(fnmatch.fnmatchcase(namespace, pattern) for pattern in self.reserved_namespaces)
@@ -66,6 +72,7 @@ def parse_options(options: Mapping[str, object]) -> Options:
         colocate_pods=option_bool(options, "ColocatePods", NAME, False),
         colocate_namespaces=option_bool(options, "ColocateNamespaces", NAME, False),
         unlimited_burstable=_level(options.get("UnlimitedBurstable", DEFAULT_UNLIMITED_BURSTABLE)),
+        cpu_classes=parse_layout(options, NAME),
     )
 
 

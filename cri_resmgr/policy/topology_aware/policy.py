@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from cri_resmgr.policy import restore as restoring
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, PolicyError, ResizeError, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.cpuclasses import CpuClassLayout
 from cri_resmgr.policy.pools import POOL_RESERVED, checked_cpus
 from cri_resmgr.policy.resize import refusal
 from cri_resmgr.policy.topology_aware.affinity import AffinityIndex, pool_scores, reads_per_container
@@ -191,6 +193,11 @@ class TopologyAwarePolicy(ExclusiveTuning):
     def assignment(self, key: str) -> Assignment | None:
         m = self._book.members.get(key)
         return None if m is None else _assignment(m)
+
+    def cpu_classes(self) -> CpuClassLayout:
+        """The configuration's CPU classes and which CPUs get which (policy/cpuclasses.py):
+        every CPU of the tree not held exclusively nor reserved is `SharedPoolCPUClass`'s."""
+        return replace(self._options.cpu_classes, cpus=self._tree.root.cpus)
 
     def usage(self) -> PolicyUsage:
         book = self._book

@@ -27,6 +27,7 @@ from cri_resmgr.transport.framerelay.calls import (
 from cri_resmgr.transport.framerelay.headerblock import BlockError, Reader
 from cri_resmgr.transport.framerelay.intercepting import InterceptedCalls
 from cri_resmgr.transport.framerelay.observing import ObservedCalls
+from cri_resmgr.transport.refusals import too_large
 
 if TYPE_CHECKING:
     from cri_resmgr.transport.framerelay.relay import FrameRelay
@@ -398,7 +399,7 @@ class Connection(InterceptedCalls, ObservedCalls):
                 limit = self.limits.max_message
                 if size - 5 > limit:
                     self._refuse_request(st, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                         f"cri-resmgr: received message larger than max ({size - 5} vs. {limit})")
+                                         too_large(size - 5, limit))
                     return False
                 if not self.relay.held.take(size):
                     self._refuse_request(st, grpc.StatusCode.RESOURCE_EXHAUSTED,
