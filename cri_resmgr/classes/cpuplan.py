@@ -190,10 +190,10 @@ def wanted(assignment: Mapping[int, str], classes: Mapping[str, CpuClassDef], ho
     if host.uncore:
         for cpu, name in assignment.items():
             c = classes.get(name)
-            die = host.die_of.get(cpu)
-            if c is not None and die is not None and c.sets_uncore:
-                lo, hi = dies.get(die, (0, 0))
-                dies[die] = (max(lo, c.uncore_min_freq), max(hi, c.uncore_max_freq))
+            where = host.die_of.get(cpu)
+            if c is not None and where is not None and c.sets_uncore:
+                lo, hi = dies.get(where, (0, 0))
+                dies[where] = (max(lo, c.uncore_min_freq), max(hi, c.uncore_max_freq))
     for (package, die) in host.uncore:
         lo, hi = dies.get((package, die), (0, 0))
         if lo:
