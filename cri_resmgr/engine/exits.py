@@ -19,9 +19,10 @@ kubelet 1.36 with the CRIListStreaming gate (KEP-5825) lists with StreamContaine
 instead: the same containers, in batches (containerd sends 5000 a message), each
 message a StreamContainersResponse whose `containers` has ListContainersResponse's
 field number, so each is read as a ListContainers reply is. The transport hands the
-messages one by one to a `StreamObserver`'s reading as they pass; of each, only the
-exited containers the policy still holds CPUs for are kept (`Core.holding`), so what
-a reading keeps is bounded by the cache, not by the stream. They are released only
+messages one by one to a `StreamObserver`'s reading as they pass; small ones are read
+64 KiB at a time, and of each only the exited containers the policy still holds CPUs
+for are kept (`Core.holding`), so what a reading keeps is bounded by the cache and
+64 KiB, not by the stream. They are released only
 when the stream has ended with OK: kubelet drops a stream that fails or is cancelled
 midway and lists again, and so does crash detection (the next listing, or the
 periodic reconcile, finds them).
@@ -89,7 +90,7 @@ _STATES, _LIST, _STATUS = _stripped_types()
 _EXITED_CODED = bytes([_number(pb.Container, "state") << 3, EXITED])
 
 
-def exited_in_list(reply: bytes | memoryview) -> list[str]:
+def exited_in_list(reply: bytes | bytearray | memoryview) -> list[str]:
     """Ids of the containers a serialized ListContainersResponse shows exited.
 
     Most replies show none: the states alone are decoded first, and re-encoded
@@ -122,23 +123,44 @@ def _observer(find: Callable[[bytes | memoryview], list[str]], on_exit: OnExit) 
     return ReplyObserver(scan)
 
 
+# Small messages (CRI-O streams one container a message) are read together, this many
+# bytes at a time: messages of a repeated field concatenated are one message holding all
+# their items, and one decode of 64 KiB costs about what a decode of one container does.
+_BATCH = 64 << 10
+
+
 class _StreamedExits:
     """One StreamContainers reply, read message by message (a contract.StreamReading)."""
 
-    __slots__ = ("_on_exit", "_holding", "_held")
+    __slots__ = ("_on_exit", "_holding", "_held", "_pending")
 
     def __init__(self, on_exit: OnExit, holding: Holding):
         self._on_exit = on_exit
         self._holding = holding
         self._held: dict[str, None] = {}  # in the order seen, once each
+        self._pending = bytearray()  # small messages not read yet, at most _BATCH bytes
 
     def message(self, data: bytes | memoryview) -> None:
-        exited = exited_in_list(data)
-        if exited:
-            self._held.update(dict.fromkeys(self._holding(exited)))
+        if len(data) >= _BATCH:  # read where it lies
+            self._read_pending()
+            self._keep(exited_in_list(data))
+            return
+        self._pending += data
+        if len(self._pending) >= _BATCH:
+            self._read_pending()
 
     def complete(self) -> Awaitable[None] | None:
+        self._read_pending()
         return self._on_exit(list(self._held)) if self._held else None
+
+    def _read_pending(self) -> None:
+        if self._pending:
+            self._keep(exited_in_list(self._pending))
+            self._pending.clear()
+
+    def _keep(self, exited: list[str]) -> None:
+        if exited:
+            self._held.update(dict.fromkeys(self._holding(exited)))
 
 
 def interceptors(on_exit: OnExit, holding: Holding) -> dict[str, ReplyObserver | StreamObserver]:

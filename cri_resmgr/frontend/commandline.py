@@ -28,7 +28,8 @@ DUMP_FORMAT = flags.choice("dump-format", "Dump format.", ("human", "jsonl"), "h
 DUMP_MAX_SIZE = flags.option("dump-max-size", "BYTES", "Cap the dump file: past this size it is renamed to "
                              "FILE.1 and a new one started. The dump file is reopened on SIGHUP (logrotate).",
                              None, flags.integer(low=1))
-DUMP_UNREDACTED = flags.switch("dump-unredacted", "Do not mask secret-looking environment variables in dumps.")
+DUMP_UNREDACTED = flags.switch(
+    "dump-unredacted", "Do not mask secret-looking values (environment, annotations, flags, verbose info) in dumps.")
 CONFIG_SOCKET = flags.text("config-socket", "PATH", "Socket for the node agent's configuration pushes; '-' "
                            "disables it.", DEFAULT_CONFIG_SOCKET)
 STATE_DIR = flags.text("state-dir", "DIR", "Where allocations and the last agent configuration are kept "

@@ -14,8 +14,8 @@ far less than wall-clock latency. `--profile` prints cProfile's top entries.
 `--observed`: ListContainers and ContainerStatus replies are scanned for
 exited containers, as with a policy active (`engine/exits.py`), and so are the
 messages of a StreamContainers (kubelet 1.36, KEP-5825). `--method
-StreamContainers` (not among the default five) streams the same 100 containers
-as ListContainers lists, `--stream-batch` a message (containerd sends up to 5000
+StreamContainers` (not among the default five) streams the same containers as
+ListContainers lists, `--stream-batch` a message (containerd sends up to 5000
 a message, CRI-O one).
 """
 

@@ -1,6 +1,7 @@
 """A configuration with a CPU class this machine's kernel would refuse, or that is wrong
 in itself, is refused when `cri-resmgr` starts: exit 2, one line naming the key, before
-the runtime is met (the installed console script, on a kernel-like -host-root)."""
+the runtime is met (the relay's installed console script and the NRI plugin's command, on
+a kernel-like -host-root)."""
 
 from __future__ import annotations
 
@@ -24,19 +25,23 @@ POLICY = """policy:
 """
 
 
-def start(tmp_path: Path, entry: str) -> subprocess.CompletedProcess:
+def start(tmp_path: Path, entry: str, plugin: bool = False) -> subprocess.CompletedProcess:
     host = tmp_path / "host"
     sysfs.generate(host, cores_per_die=2, threads_per_core=1)
     cpufreq.build(host, [0, 1])
     before = cpufreq.files_under(host)
     cfg = tmp_path / "config.yaml"
     cfg.write_text(POLICY % entry)
-    exe = shutil.which("cri-resmgr")
-    cmd = [exe] if exe else [sys.executable, "-m", "cri_resmgr.cli"]
-    done = subprocess.run([*cmd, "-force-config", str(cfg), "-host-root", str(host),
-                           "-relay-socket", str(tmp_path / "relay.sock"), "-state-dir", str(tmp_path / "state"),
-                           "-runtime-socket", str(tmp_path / "no-runtime.sock"), "-config-socket", "-",
-                           "-agent-socket", "-"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    common = ["-force-config", str(cfg), "-host-root", str(host), "-state-dir", str(tmp_path / "state"),
+              "-config-socket", "-"]
+    if plugin:
+        cmd = [sys.executable, "-m", "cri_resmgr.nri.cli", *common, "-nri-socket", str(tmp_path / "no-nri.sock")]
+    else:
+        exe = shutil.which("cri-resmgr")
+        cmd = [*([exe] if exe else [sys.executable, "-m", "cri_resmgr.cli"]), *common,
+               "-relay-socket", str(tmp_path / "relay.sock"), "-runtime-socket", str(tmp_path / "no-runtime.sock"),
+               "-agent-socket", "-"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert cpufreq.files_under(host) == before  # refused before anything was written
     return done
 
@@ -49,8 +54,9 @@ def start(tmp_path: Path, entry: str) -> subprocess.CompletedProcess:
     ("{Name: x, FreqGovernor: ondemand}",
      "policy.topology-aware.CPUClasses[1].FreqGovernor: ondemand is not available here"),
 ])
-def test_a_bad_cpu_class_is_refused_at_start_in_one_line(tmp_path, entry, says):
-    done = start(tmp_path, entry)
+@pytest.mark.parametrize("plugin", [False, True], ids=["relay", "plugin"])
+def test_a_bad_cpu_class_is_refused_at_start_in_one_line(tmp_path, entry, says, plugin):
+    done = start(tmp_path, entry, plugin)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cri-resmgr: error: ") and says in lines[0], done.stderr
+    assert len(lines) == 1 and ": error: " in lines[0] and says in lines[0], done.stderr

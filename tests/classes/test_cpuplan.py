@@ -6,6 +6,7 @@ what was there given back."""
 
 from __future__ import annotations
 
+import errno
 import logging
 
 import pytest
@@ -181,3 +182,22 @@ def test_dry_run_writes_nothing(tmp_path, caplog):
     assert w.apply(cpuplan.changes({}, cpuplan.wanted({1: "turbo"}, classes, h))) == []
     assert files.writes == []
     assert any("dry-run: would write '3000000' to" in r.getMessage() for r in caplog.records)
+
+
+def test_the_kernel_like_tree_refuses_and_clamps_as_the_kernel(tmp_path):
+    files, _, _ = host(tmp_path)
+    base = "sys/devices/system/cpu/cpu0/cpufreq"
+    for name, value in (("scaling_governor", "ondemand"), ("energy_performance_preference", "fastest"),
+                        ("scaling_min_freq", "fast")):
+        with pytest.raises(OSError) as e:
+            files.write(f"{base}/{name}", value)
+        assert e.value.errno == errno.EINVAL
+    files.write(f"{base}/scaling_governor", "performance")
+    with pytest.raises(OSError) as e:  # intel_pstate: only performance under the performance governor
+        files.write(f"{base}/energy_performance_preference", "power")
+    assert e.value.errno == errno.EBUSY
+    files.write(f"{base}/scaling_max_freq", "9000000")  # clamped to cpuinfo_max_freq
+    assert files.read(f"{base}/scaling_max_freq") == "3500000\n"
+    with pytest.raises(OSError):
+        files.write("sys/devices/system/cpu/cpu0/cpuidle/state3/disable", "2")
+    assert files.writes == [(f"{base}/scaling_governor", "performance"), (f"{base}/scaling_max_freq", "3500000")]

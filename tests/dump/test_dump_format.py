@@ -11,7 +11,7 @@ import yaml
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr._proto import runtime_v1alpha2_pb2 as pb_alpha
 from cri_resmgr.dump.format import FORMATS, CountRecord, DropRecord, HumanFormat, JsonlFormat, NoteRecord
-from cri_resmgr.dump.redact import REDACTED, looks_secret, redact_envs
+from cri_resmgr.dump.redact import MAX_INFO_CHARS, REDACTED, looks_secret, redact_envs
 from cri_resmgr.dump.rules import Level
 from cri_resmgr.dump.writer import CNT, NOTE, REP, REQ, Writer
 from cri_resmgr.dump.yaml_text import to_yaml
@@ -312,14 +312,83 @@ def test_note_item(methods):
 # -- redaction and YAML helpers -------------------------------------------------------
 
 
-def test_redact_envs_anywhere_but_not_string_maps():
+def test_redact_envs_anywhere():
     body = {"status": {"envs": [{"key": "MY_API_KEY", "value": "k"}, {"key": "LANG", "value": "C"}]},
-            "list": [{"envs": [{"key": "password"}, {"key": "Auth_Header", "value": "Bearer x"}]}],
-            "info": {"PASSWORD": "left alone", "info": '{"env": ["TOKEN=x"]}'}}
+            "list": [{"envs": [{"key": "password"}, {"key": "Auth_Header", "value": "Bearer x"}]}]}
     redact_envs(body)
     assert body["status"]["envs"] == [{"key": "MY_API_KEY", "value": REDACTED}, {"key": "LANG", "value": "C"}]
     assert body["list"][0]["envs"] == [{"key": "password"}, {"key": "Auth_Header", "value": REDACTED}]
-    assert body["info"] == {"PASSWORD": "left alone", "info": '{"env": ["TOKEN=x"]}'}
+
+
+def test_annotations_and_command_lines_masked_by_name():
+    body = {"config": {"annotations": {"example.com/api-token": "t", "io.kubernetes.container.hash": "h"},
+                       "command": ["app", "--db-password=p1", "--Session-Key", "p2", "--auth", "--verbose"],
+                       "args": ["env", "API_TOKEN=p3", "PLAIN=v", "--plain", "v2", "-c", "echo TOKEN=x"]},
+            "cmd": ["sh", "-token", "p4"]}
+    redact_envs(body)
+    assert body["config"]["annotations"] == {"example.com/api-token": REDACTED, "io.kubernetes.container.hash": "h"}
+    assert body["config"]["command"] == ["app", f"--db-password={REDACTED}", "--Session-Key", REDACTED,
+                                         "--auth", "--verbose"]  # a flag after a flag is no value
+    # Free text (a shell script) is not looked into: documented.
+    assert body["config"]["args"] == ["env", f"API_TOKEN={REDACTED}", "PLAIN=v", "--plain", "v2", "-c", "echo TOKEN=x"]
+    assert body["cmd"] == ["sh", "-token", REDACTED]
+
+
+def _verbose(info: dict) -> dict:
+    return {"status": {"id": "c1"}, "info": {"info": json.dumps(info)}}
+
+
+def test_verbose_info_json_masked_by_the_same_rules_and_still_json():
+    info = {"sandboxID": "s1", "pid": 7, "removing": False, "runtimeOptions": None,
+            "config": {"envs": [{"key": "API_TOKEN", "value": "t1"}, {"key": "HOME", "value": "/root"}],
+                       "annotations": {"x/secret": "t2"}, "args": ["--key", "t3"]},
+            "runtimeSpec": {"process": {"env": ["PATH=/bin", "API_TOKEN=t4", "NOEQUALS"],
+                                        "args": ["app", "--token=t5"]},
+                            "annotations": {"io.kubernetes.cri.sandbox-id": "s1", "x/auth": "t6"},
+                            "hooks": {"prestart": [{"path": "/h", "env": ["MY_PASSWORD=t7"]}]}}}
+    body = redact_envs(_verbose(info))
+    text = body["info"]["info"]
+    for secret in ("t1", "t2", "t3", "t4", "t5", "t6", "t7"):
+        assert f'"{secret}"' not in text and f"={secret}" not in text
+    out = json.loads(text)
+    assert out["config"]["envs"] == [{"key": "API_TOKEN", "value": REDACTED}, {"key": "HOME", "value": "/root"}]
+    assert out["runtimeSpec"]["process"]["env"] == ["PATH=/bin", f"API_TOKEN={REDACTED}", "NOEQUALS"]
+    assert out["runtimeSpec"]["process"]["args"] == ["app", f"--token={REDACTED}"]
+    assert out["runtimeSpec"]["annotations"] == {"io.kubernetes.cri.sandbox-id": "s1", "x/auth": REDACTED}
+    assert out["runtimeSpec"]["hooks"]["prestart"][0]["env"] == [f"MY_PASSWORD={REDACTED}"]
+    # Same shape: every key and value that is no secret is as it was.
+    assert {k: out[k] for k in ("sandboxID", "pid", "removing", "runtimeOptions")} == \
+        {"sandboxID": "s1", "pid": 7, "removing": False, "runtimeOptions": None}
+
+
+def test_verbose_info_without_secrets_is_left_byte_for_byte():
+    text = '{ "pid": 7,\n  "runtimeSpec": {"process": {"env": ["PATH=/bin"]}} }'
+    body = {"info": {"info": text, "empty": ""}}
+    redact_envs(body)
+    assert body["info"] == {"info": text, "empty": ""}
+
+
+@pytest.mark.parametrize("text, why", [
+    ("API_TOKEN=t1 not json", "not JSON"),
+    ("[" * 100 + "\"API_TOKEN=t1\"" + "]" * 100, "nested deeper"),
+    ('{"env": ["API_TOKEN=t1"], "pad": "' + "x" * MAX_INFO_CHARS + '"}', "more than the"),
+])
+def test_verbose_info_that_cannot_be_read_is_withheld(text, why):
+    body = {"info": {"info": text}}
+    redact_envs(body)
+    assert body["info"]["info"].startswith(REDACTED) and why in body["info"]["info"]
+    assert "t1" not in body["info"]["info"]
+
+
+def test_verbose_info_in_both_formats_and_unredacted(methods):
+    info = {"runtimeSpec": {"process": {"env": ["API_TOKEN=hunter2"]}}}
+    reply = pb.ContainerStatusResponse(status=pb.ContainerStatus(id="c1"),
+                                       info={"info": json.dumps(info)}).SerializeToString()
+    for fmt in ("human", "jsonl"):
+        for redact in (True, False):
+            writer, out = make_writer(methods, fmt, redact=redact)
+            writer.handle((REP, RT + "ContainerStatus", 1, reply, T0, Level.FULL, 0.001, "OK", ""))
+            assert ("hunter2" in out.getvalue()) is not redact, (fmt, redact)
 
 
 @pytest.mark.parametrize("name", ["PASSWORD", "db_passwd", "GH_TOKEN", "client-secret", "SSH_PRIVATE", "KEY",

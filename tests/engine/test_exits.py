@@ -169,3 +169,23 @@ def test_stream_observer_as_a_plain_interceptor_reads_the_one_reply():
                                        forward)))
     assert out is reply
     assert released == [["z"]]
+
+
+def test_small_messages_read_together_and_a_large_one_where_it_lies_miss_no_exit():
+    """CRI-O's one container a message, read 64 KiB at a time, with a message larger than
+    that amid them: every exited container still held is found, in the order streamed."""
+    released: list[list[str]] = []
+    held = {f"x{i}" for i in range(0, 400, 7)} | {"big-exited"}
+    reading = _stream_observer(released, held=held).start()
+    for i in range(400):
+        reading.message(_streamed(_container(f"x{i}", EXITED if i % 7 == 0 else RUNNING)))
+        if i == 200:
+            large = _streamed(*[_container(f"big{j}", RUNNING) for j in range(300)],
+                              _container("big-exited", EXITED))
+            assert len(large) > 64 << 10
+            reading.message(memoryview(large))
+    pending = reading.complete()
+    assert pending is not None
+    asyncio.run(pending)  # type: ignore[arg-type]
+    want = [f"x{i}" for i in range(0, 201, 7)] + ["big-exited"] + [f"x{i}" for i in range(203, 400, 7)]
+    assert released == [want]

@@ -6,11 +6,13 @@ behaving like the kernel's, for machines without them (these VMs have no cpufreq
 scaling_governor,scaling_available_governors,energy_performance_preference,
 energy_performance_available_preferences}`, `cpuidle/stateN/{name,disable}` and the uncore
 dies' `{initial_,}{min,max}_freq_khz`: the files exist before anyone writes, as the
-kernel's do. `KernelLike` is the class controllers' `HostFiles` over that tree, refusing
-what the kernel refuses (EINVAL): a frequency outside cpuinfo_{min,max}_freq, a minimum
-above the maximum in force (or a maximum below the minimum), a governor not in
-scaling_available_governors, an EPP not in the available list nor 0-255 (EBUSY for one
-other than `performance` under the performance governor, as intel_pstate), a C-state
+kernel's do. `KernelLike` is the class controllers' `HostFiles` over that tree, doing
+what a kernel does: a frequency outside cpuinfo_{min,max}_freq is clamped into it (as
+cpufreq's verify does); refused (EINVAL) are a minimum above the maximum in force or a
+maximum below the minimum (as kernels before freq QoS, 5.3, refused them: newer ones keep
+the request and clamp, so an order that works on the old ones works on both), a governor
+not in scaling_available_governors, an EPP not in the available list nor 0-255 (EBUSY for
+one other than `performance` under the performance governor, as intel_pstate), a C-state
 `disable` other than 0 or 1, an uncore frequency outside its initial range or crossing the
 other limit. Every write that went in is recorded in `writes`.
 """
@@ -97,7 +99,7 @@ class KernelLike(HostRoot):
             raise OSError(self.refuse[rel], os.strerror(self.refuse[rel]), self.show(rel))
         d, _, name = rel.rpartition("/")
         if "/cpufreq" in d:
-            self._cpufreq(d, name, value)
+            value = self._cpufreq(d, name, value)
         elif "/cpuidle/" in d and name == "disable":
             if value not in ("0", "1"):
                 raise OSError(errno.EINVAL, "Invalid argument", self.show(rel))
@@ -113,14 +115,14 @@ class KernelLike(HostRoot):
         raise OSError(code, "Invalid argument" if code == errno.EINVAL else "Device or resource busy",
                       self.show(f"{d}/{name}"))
 
-    def _cpufreq(self, d: str, name: str, value: str) -> None:
+    def _cpufreq(self, d: str, name: str, value: str) -> str:
+        """The value the file holds after the write (a frequency clamped), or OSError."""
         if name in ("scaling_min_freq", "scaling_max_freq"):
             if not value.isdigit():
                 self._refuse(d, name)
-            v = int(value)
             lo, hi = int(self._value(f"{d}/cpuinfo_min_freq")), int(self._value(f"{d}/cpuinfo_max_freq"))
-            if not lo <= v <= hi:
-                self._refuse(d, name)
+            v = min(max(int(value), lo), hi)
+            value = str(v)
             if name == "scaling_min_freq" and v > int(self._value(f"{d}/scaling_max_freq")):
                 self._refuse(d, name)
             if name == "scaling_max_freq" and v < int(self._value(f"{d}/scaling_min_freq")):
@@ -136,6 +138,7 @@ class KernelLike(HostRoot):
                 self._refuse(d, name, errno.EBUSY)
         else:  # cpuinfo_*, scaling_available_*: read-only in the kernel
             raise OSError(errno.EACCES, "Permission denied", self.show(f"{d}/{name}"))
+        return value
 
     def _uncore(self, d: str, name: str, value: str) -> None:
         if name not in ("min_freq_khz", "max_freq_khz") or not value.isdigit():

@@ -11,6 +11,7 @@ observed call's does."""
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,9 @@ from cri_resmgr.transport.framerelay.calls import (
     ObserveStreamRoute,
     is_one_message,
 )
+
+# A gRPC message's prefix: the compressed flag, the length.
+_PREFIX = struct.Struct(">BI")
 
 if TYPE_CHECKING:
     from cri_resmgr.transport.framerelay.limits import Limits
@@ -76,8 +80,8 @@ class ObservedCalls:
         pos, n, bad = 0, len(data), False
         with memoryview(data) as view:
             while n - pos >= 5:
-                size = int.from_bytes(view[pos + 1:pos + 5], "big")
-                if view[pos] != 0 or size > limit:  # compressed (kubelet asks for none), or too large
+                compressed, size = _PREFIX.unpack_from(view, pos)
+                if compressed or size > limit:  # compressed (kubelet asks for none), or too large
                     bad = True
                     break
                 end = pos + 5 + size
