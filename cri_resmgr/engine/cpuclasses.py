@@ -69,7 +69,8 @@ class CpuClassControl:
         self._saved = saved
         if saved is not None:
             self._writer.adopt(_load(saved))
-        self._prepared = Prepared({}, None)
+        self._prepared: Prepared | None = None  # None: no configuration applied yet
+        self._fresh = True  # no decision seen yet: files held since an earlier run are looked at
         self._applied: dict[str, str] = {}  # what the files hold by our writes, by path
         self._assignment: dict[int, str] = {}
         self._failed: dict[str, tuple[str, str]] = {}
@@ -111,10 +112,13 @@ class CpuClassControl:
     def decided(self, policy: Policy | None, cache: Cache | None) -> None:
         """After a decision (lock held): the CPUs whose class changed get it."""
         p = self._prepared
+        if p is None:
+            return  # a policy restored before the first configuration is in force: it calls again
         layout = layout_of(policy)
         if p.host is None or policy is None or cache is None:
-            if self._applied:  # no classes any more: back to what was there
-                self._write(cpuplan.changes(self._applied, {}))
+            held = set(self._applied) | set(self._writer.originals())
+            if held:  # no classes (any more, or since a restart): back to what was there
+                self._write(dict.fromkeys(held))
                 self._applied = {}
                 self._assignment = {}
                 self._counted()
@@ -124,11 +128,16 @@ class CpuClassControl:
         usage = policy.usage()
         chosen = self._chosen(layout, usage.exclusive, cache) if layout.annotations else {}
         assignment = cpuplan.assign(layout, usage, chosen)
-        if assignment == self._assignment and not self._failed:
+        if assignment == self._assignment and not self._failed and not self._fresh:
             return
+        self._fresh = False
         self._assignment = assignment
         wanted = cpuplan.wanted(assignment, layout.classes, p.host)
-        self._write(cpuplan.changes(self._applied, wanted))
+        changes = cpuplan.changes(self._applied, wanted)
+        for path in self._writer.originals():  # held since an earlier run, wanted by no class now
+            if path not in wanted:
+                changes.setdefault(path, None)
+        self._write(changes)
         self._counted()
 
     def _chosen(self, layout: CpuClassLayout, exclusive: Mapping[str, CPUSet], cache: Cache) -> dict[str, str | None]:
