@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all deps deps-demo demo lint test bench protos images install-node uninstall-node clean
+.PHONY: all deps deps-demo deps-vm demo lint test test-vm bench protos images install-node uninstall-node clean
 
 all: test
 
@@ -26,6 +26,16 @@ lint: deps
 
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# What the VM suite adds: qemu-system-x86 and mmdebstrap (scripts/install-deps.sh vm).
+deps-vm: deps
+	@bash scripts/install-deps.sh vm
+
+# The VM suite (docs/vm.md): a cgroup-v2 Debian 12 guest under qemu, one boot per NUMA
+# topology, the tests of tests/vm/guest in it. Builds the guest image first when none is
+# cached for these inputs (/var/cache/cri-resmgr-test/vm). Not part of `make test`.
+test-vm: deps-vm
+	$(PY) -m pytest tests/vm -v -s $(PYTEST_ARGS)
 
 bench: deps
 	$(PY) -m tests.bench

@@ -5,13 +5,15 @@
 #   scripts/install-deps.sh demo   only what `make demo` runs: containerd, runc, busybox and
 #                                  the relay's own run-time packages (no Go toolchain, mypy,
 #                                  ruff, kubernetes client or newer containerd releases)
+#   scripts/install-deps.sh vm     only the Debian packages `make test-vm` adds (docs/vm.md):
+#                                  qemu, mmdebstrap and the image build's tools
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 mode=${1:-all}
 case $mode in
-  all|demo) ;;
-  *) echo "install-deps: unknown mode '$mode' (all or demo)" >&2; exit 2 ;;
+  all|demo|vm) ;;
+  *) echo "install-deps: unknown mode '$mode' (all, demo or vm)" >&2; exit 2 ;;
 esac
 
 # python3-venv: a minimal Debian's python3 has no ensurepip, so `python3 -m venv` fails
@@ -22,10 +24,25 @@ esac
 DEMO_APT_PACKAGES=(python3-venv make containerd runc busybox-static util-linux procps)
 APT_PACKAGES=("${DEMO_APT_PACKAGES[@]}" openssl iproute2 golang-go golang-github-containerd-ttrpc-dev gogoprotobuf)
 [ "$mode" = demo ] && APT_PACKAGES=("${DEMO_APT_PACKAGES[@]}")
+# The VM suite: qemu (TCG) boots the guest; mmdebstrap, e2fsprogs (mkfs.ext4 -d), xz-utils
+# (the kernel's vmlinux) and busybox-static (its initramfs) build it (scripts/vm/build-image.sh).
+[ "$mode" = vm ] && APT_PACKAGES=(qemu-system-x86 mmdebstrap e2fsprogs xz-utils busybox-static python3-venv)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if ((${#missing[@]})) && [ "$mode" = vm ]; then
+  # Not fatal here: `make test-vm` then says what is missing, and skips (fails under CI=true).
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: the VM suite needs ${missing[*]}; run as root to install them" >&2
+  else
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } ||
+      echo "install-deps: could not install ${missing[*]}" >&2
+  fi
+  exit 0
+fi
 if ((${#missing[@]})); then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing Debian packages (${missing[*]}); run as root" >&2
@@ -40,6 +57,7 @@ fi
 # containerd 1.7.24 and 2.1.9 for the NRI and relay tests: Debian's packages, unpacked
 # into /var/cache/cri-resmgr-test (nothing installed; scripts/fetch-runtimes.sh). Without
 # them those tests skip, and fail under CI=true.
+[ "$mode" = vm ] && exit 0  # `make deps` made the venv; the image build fetches containerd 2.1.9
 if [ "$mode" = all ] && [ "$(id -u)" = 0 ]; then
   bash scripts/fetch-runtimes.sh || echo "install-deps: newer containerd releases not fetched (tests needing them skip; fail under CI=true)" >&2
 fi

@@ -2,11 +2,11 @@
 intel_uncore_frequency dies) and writes the files a plan changes (classes/cpuplan.py),
 through `hostfs.HostFiles` only (-host-root, -dry-run).
 
-The value a file held before our first write to it is remembered, in this process, and
-written back when no class wants the file any more (a CPU that leaves a classed pool for
-one without a class, a configuration without classes). At shutdown nothing is written
-back, as nri-plugins does: a restart keeps the containers on their CPUs, and their CPUs'
-classes with them; the next run starts from what the files hold then.
+The value a file held before our first write to it is remembered (the engine keeps it
+across restarts, `originals`/`adopt`), and written back when no class wants the file any
+more (a CPU that leaves a classed pool for one without a class, a configuration without
+classes). At shutdown nothing is written back, as nri-plugins does: a restart keeps the
+containers on their CPUs, and their CPUs' classes with them.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class CpuFreqWriter:
         self._files = files
         self._note = note
         self._original: dict[str, str] = {}  # path -> what it held before our first write
+        self.count = 0  # files written (for metrics)
 
     def show(self, rel: str) -> str:
         return self._files.show(rel)
@@ -96,24 +97,36 @@ class CpuFreqWriter:
         for path in _ordered(values, self._files):
             value = values[path]
             restoring = changes[path] is None
+            now = self._files.read(path)
+            if now is None:
+                failures.append(Failure(path, value, "no such file"))
+                continue
             if not restoring and path not in self._original:
-                now = self._files.read(path)
-                if now is None:
-                    failures.append(Failure(path, value, "no such file"))
-                    continue
                 self._original[path] = now.strip()
-                if now.strip() == value:
-                    continue  # holds it already: remembered, not written
+            if now.strip() == value:  # holds it already (a restart, a field two classes share): not written
+                if restoring:
+                    del self._original[path]
+                continue
             try:
                 self._files.write(path, value)
             except OSError as e:
                 failures.append(Failure(path, value, e.strerror or str(e)))
                 continue
+            self.count += 1
             if restoring:
                 del self._original[path]
             if self._note is not None:
                 self._note(f"cpu class: wrote {value!r} to {self._files.show(path)}")
         return failures
+
+    def originals(self) -> dict[str, str]:
+        """What each file we hold held before our first write (to keep across a restart)."""
+        return dict(self._original)
+
+    def adopt(self, originals: Mapping[str, str]) -> None:
+        """What a previous run remembered: given back, not re-read, when no class wants the file."""
+        for path, value in originals.items():
+            self._original.setdefault(path, value)
 
     def written(self) -> list[str]:
         """The files written that hold a class's value now (what was there is remembered)."""

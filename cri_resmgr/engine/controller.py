@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -30,7 +31,7 @@ from cri_resmgr.engine import adopt, realcpuset, snapshot, unmanaged
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
-from cri_resmgr.engine.cpuclasses import CpuClassControl, CpuClassStats
+from cri_resmgr.engine.cpuclasses import ORIGINALS_FILE, CpuClassControl, CpuClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.nodectl import NodeControl, NodeStats, tuned
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
@@ -169,7 +170,9 @@ class Controller:
         self._classes = ClassControl(DryRun(files) if settings.dry_run else files, runtime, note=self._note)
         self._classes_only: ClassesOnly | None = None  # the none policy's StartContainer, when there are classes
         # CPU classes: frequencies, governors, C-states of the CPUs by who holds them (engine/cpuclasses.py).
-        self._cpu_classes = CpuClassControl(DryRun(files) if settings.dry_run else files, note=self._note)
+        saved = os.path.join(settings.state_dir, ORIGINALS_FILE) if settings.state_dir and not settings.dry_run \
+            else None
+        self._cpu_classes = CpuClassControl(DryRun(files) if settings.dry_run else files, note=self._note, saved=saved)
         # Scheduling classes and IRQ affinity for the policy in force (engine/nodectl.py).
         self._node = NodeControl(DryRun(files) if settings.dry_run else files,
                                  DryRunScheduler(Syscalls()) if settings.dry_run else Syscalls(), runtime,
@@ -224,7 +227,8 @@ class Controller:
                              self._config, self._settings.dry_run, classes=self._classes.of,
                              reload=self._reload, cpu_classes=self._cpu_classes.stats(),
                              blockio_refused=self._classes.stats().refused,
-                             narrowed=self._narrowed if resmgr is not None else None)
+                             narrowed=self._narrowed if resmgr is not None else None,
+                             sched=self._node.sched_class_of, irqs=self._node.irq_affinity())
 
     def _narrowed(self, key: str) -> tuple[CPUSet, str] | None:
         """What the kernel enforces of a container's cpuset a parent cgroup narrows (the reconcile's finding)."""

@@ -10,11 +10,13 @@ lacks altogether (no cpufreq, as on these VMs) is one warning per kind.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from cri_resmgr.bounded import short
+from cri_resmgr.bounded import InputError, load_json, short
 from cri_resmgr.classes import cpuplan
 from cri_resmgr.classes.cpufreq import CpuFreqWriter, Failure
 from cri_resmgr.classes.hostfs import HostFiles
@@ -27,6 +29,9 @@ from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
 
 log = logging.getLogger(__name__)
+
+ORIGINALS_FILE = "cpu-class-originals.json"  # in the state directory
+MAX_ORIGINALS = 4 << 20  # bytes: 1024 CPUs' files at most a few hundred kB
 
 
 @dataclass(frozen=True)
@@ -56,16 +61,21 @@ def layout_of(policy: Policy | None) -> CpuClassLayout:
 class CpuClassControl:
     """One per controller; survives policy switches. `files` is the host (a dry-run wraps it)."""
 
-    def __init__(self, files: HostFiles, note: Callable[[str], None] | None = None):
+    def __init__(self, files: HostFiles, note: Callable[[str], None] | None = None, saved: str | None = None):
+        """`saved`: the file keeping, across restarts, what the CPUs' files held before the
+        first class was written (None: kept in this process only)."""
         self._files = files
         self._writer = CpuFreqWriter(files, note)
-        self._prepared = Prepared({}, None)
+        self._saved = saved
+        if saved is not None:
+            self._writer.adopt(_load(saved))
+        self._prepared: Prepared | None = None  # None: no configuration applied yet
+        self._fresh = True  # no decision seen yet: files held since an earlier run are looked at
         self._applied: dict[str, str] = {}  # what the files hold by our writes, by path
         self._assignment: dict[int, str] = {}
         self._failed: dict[str, tuple[str, str]] = {}
         self._warned: set[str] = set()
         self._unknown_warned: dict[str, str] = {}  # container key -> the unknown class it was warned of
-        self._writes = 0
         self._failures = 0
         self._unknown = 0
         self._stats = CpuClassStats()
@@ -102,10 +112,13 @@ class CpuClassControl:
     def decided(self, policy: Policy | None, cache: Cache | None) -> None:
         """After a decision (lock held): the CPUs whose class changed get it."""
         p = self._prepared
+        if p is None:
+            return  # a policy restored before the first configuration is in force: it calls again
         layout = layout_of(policy)
         if p.host is None or policy is None or cache is None:
-            if self._applied:  # no classes any more: back to what was there
-                self._write(cpuplan.changes(self._applied, {}))
+            held = set(self._applied) | set(self._writer.originals())
+            if held:  # no classes (any more, or since a restart): back to what was there
+                self._write(dict.fromkeys(held))
                 self._applied = {}
                 self._assignment = {}
                 self._counted()
@@ -115,11 +128,16 @@ class CpuClassControl:
         usage = policy.usage()
         chosen = self._chosen(layout, usage.exclusive, cache) if layout.annotations else {}
         assignment = cpuplan.assign(layout, usage, chosen)
-        if assignment == self._assignment and not self._failed:
+        if assignment == self._assignment and not self._failed and not self._fresh:
             return
+        self._fresh = False
         self._assignment = assignment
         wanted = cpuplan.wanted(assignment, layout.classes, p.host)
-        self._write(cpuplan.changes(self._applied, wanted))
+        changes = cpuplan.changes(self._applied, wanted)
+        for path in self._writer.originals():  # held since an earlier run, wanted by no class now
+            if path not in wanted:
+                changes.setdefault(path, None)
+        self._write(changes)
         self._counted()
 
     def _chosen(self, layout: CpuClassLayout, exclusive: Mapping[str, CPUSet], cache: Cache) -> dict[str, str | None]:
@@ -148,7 +166,10 @@ class CpuClassControl:
     def _write(self, changes: Mapping[str, str | None]) -> None:
         if not changes:
             return
+        before = self._writer.originals()
         failures = {f.path: f for f in self._writer.apply(changes)}
+        if self._saved is not None and self._writer.originals() != before:
+            _save(self._saved, self._writer.originals())
         for path, value in changes.items():
             f = failures.get(path)
             if f is None:
@@ -157,7 +178,6 @@ class CpuClassControl:
                     self._applied.pop(path, None)
                 else:
                     self._applied[path] = value
-                self._writes += 1
                 continue
             self._note_failure(f)
             self._applied.pop(path, None)  # tried again at the next decision
@@ -170,4 +190,40 @@ class CpuClassControl:
 
     def _counted(self) -> None:
         self._stats = CpuClassStats(cpus=cpuplan.by_class(self._assignment), failed=dict(self._failed),
-                                    writes=self._writes, failures=self._failures, unknown=self._unknown)
+                                    writes=self._writer.count, failures=self._failures, unknown=self._unknown)
+
+
+# What the CPUs' files held before any class, by path: kept in the state directory so that a
+# restart followed by a CPU leaving its class (or a configuration without classes) gives the
+# value of before the first run back, not the last class's.
+ORIGINALS_VERSION = 1
+
+
+def _load(path: str) -> dict[str, str]:
+    try:
+        with open(path, "rb") as f:
+            data = load_json(f.read(MAX_ORIGINALS + 1), path)
+    except FileNotFoundError:
+        return {}
+    except (OSError, InputError) as e:
+        log.warning("CPU classes: cannot read what the CPUs held before (%s); a CPU that loses its class "
+                    "keeps its last class's values", e)
+        return {}
+    files = data.get("files") if isinstance(data, dict) and data.get("version") == ORIGINALS_VERSION else None
+    if not isinstance(files, dict):
+        log.warning("CPU classes: %s is not a file of this version; ignored", path)
+        return {}
+    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str) and len(v) < 256}
+
+
+def _save(path: str, originals: Mapping[str, str]) -> None:
+    """Written whole and renamed into place: a crash leaves the old file or the new one."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        tmp = f"{path}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"version": ORIGINALS_VERSION, "files": dict(sorted(originals.items()))}, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("CPU classes: cannot keep what the CPUs held before in %s: %s", path, e)

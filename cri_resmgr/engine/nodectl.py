@@ -101,6 +101,10 @@ class NodeControl:
     def sched_class_of(self, key: str) -> str | None:
         return self._names.get(key)
 
+    def irq_affinity(self) -> dict[int, CPUSet]:
+        """The controllable IRQs' affinities as this process knows them (/state); on the loop."""
+        return self._irq.current() if self._selection else {}
+
     # -- scheduling classes ---------------------------------------------------------
 
     async def started(self, c: ContainerRecord, policy: Policy | None) -> None:
@@ -219,6 +223,9 @@ class NodeControl:
         Synchronize placing a hundred containers does not wait for any of it (nri-plugins
         #746). The plan is made without I/O; only IRQs whose affinity changes are written."""
         self._policy = policy
+        p = tuned(policy)
+        if not self._selection and (p is None or not p.moves_irqs):
+            return  # no IRQ is or was controllable: nothing to plan (every decision passes here)
         self._dirty = True
         try:
             loop = asyncio.get_running_loop()

@@ -46,6 +46,7 @@ class ContainerState:
     mems: str | None
     blockio_class: str | None = None
     rdt_class: str | None = None
+    sched_class: str | None = None  # its scheduling class (docs/classes.md)
     managed: bool = True  # False: seen running under the none policy, which decides nothing
     # What the kernel enforces when a parent cgroup narrows the container's cpuset (the
     # reconcile reads it: realcpuset.py), and that cgroup; None: not so, or not known.
@@ -60,6 +61,7 @@ class ContainerState:
                 "pool": self.pool, "exclusive_cpus": str(self.exclusive), "shared_cpus": str(self.shared),
                 "cpus": str(self.exclusive | self.shared), "mems": self.mems,
                 "blockio_class": self.blockio_class, "rdt_class": self.rdt_class, "managed": self.managed,
+                "sched_class": self.sched_class,
                 "effective_cpus": None if self.effective_cpus is None else str(self.effective_cpus),
                 "narrowed_by": self.narrowed_by}
 
@@ -131,6 +133,7 @@ class EngineState:
     cpu_classes: tuple[tuple[str, CPUSet], ...] = ()
     cpu_class_failures: tuple[tuple[str, str, str], ...] = ()  # (path, value, error)
     blockio_refused: tuple[Refused, ...] = ()
+    irq_affinity: tuple[tuple[int, CPUSet], ...] = ()  # the controllable IRQs' affinities, as written
 
     def to_document(self) -> dict[str, Any]:
         config = None if self.config is None else {"source": self.config.source,
@@ -143,7 +146,8 @@ class EngineState:
                 "containers": [c.to_document() for c in self.containers],
                 "cpu_classes": {name: str(cpus) for name, cpus in self.cpu_classes},
                 "cpu_class_failures": [{"path": p, "value": v, "error": e} for p, v, e in self.cpu_class_failures],
-                "blockio_refused": [r.to_document() for r in self.blockio_refused]}
+                "blockio_refused": [r.to_document() for r in self.blockio_refused],
+                "irq_affinity": {str(n): str(cpus) for n, cpus in self.irq_affinity}}
 
 
 def _pool_row(p: PoolUsage) -> dict[str, Any]:
@@ -174,11 +178,15 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
          classes: Callable[[str], tuple[str | None, str | None]] | None = None,
          reload: ReloadStats | None = None, cpu_classes: CpuClassStats | None = None,
          blockio_refused: tuple[Refused, ...] = (),
-         narrowed: Callable[[str], tuple[CPUSet, str] | None] | None = None) -> EngineState:
+         narrowed: Callable[[str], tuple[CPUSet, str] | None] | None = None,
+         sched: Callable[[str], str | None] | None = None,
+         irqs: Mapping[int, CPUSet] | None = None) -> EngineState:
     """The snapshot; call it where the cache and the policy are owned (the event loop).
     `classes`: a container's (blockio, rdt) classes by its key; `blockio_refused`: the
     class controller's refused lines; `narrowed`: what the kernel enforces of a container's
-    cpuset, and which cgroup narrows it, by its key, when a parent cgroup narrows it."""
+    cpuset, and which cgroup narrows it, by its key, when a parent cgroup narrows it;
+    `sched`: a container's scheduling class by its key; `irqs`: the controllable IRQs'
+    affinities."""
     usage = policy.usage() if policy is not None else None
     pools: Mapping[str, CPUSet] = usage.pool_cpus() if usage is not None else {}
     containers = []
@@ -196,7 +204,7 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
             memory_limit=w.memory_limit, pool=assignment.pool if assignment is not None else None,
             exclusive=exclusive, shared=cpus - exclusive,
             mems=resources.cpuset_mems if resources is not None else None,
-            blockio_class=blockio_class, rdt_class=rdt_class,
+            blockio_class=blockio_class, rdt_class=rdt_class, sched_class=sched(c.key) if sched is not None else None,
             effective_cpus=kernel[0] if kernel is not None else None, narrowed_by=kernel[1] if kernel else None))
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
@@ -205,7 +213,7 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
                        cpu_classes=tuple(cpu_classes.cpus.items()) if cpu_classes is not None else (),
                        cpu_class_failures=tuple((p, v, e) for p, (v, e) in sorted(cpu_classes.failed.items()))
                        if cpu_classes is not None else (),
-                       blockio_refused=blockio_refused)
+                       blockio_refused=blockio_refused, irq_affinity=tuple(sorted((irqs or {}).items())))
 
 
 def _known(value: int) -> int | None:

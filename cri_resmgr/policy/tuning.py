@@ -35,6 +35,10 @@ class Tuned(Protocol):
     def tunes(self) -> bool:
         """Whether the configuration has scheduling classes or controllable IRQs at all."""
 
+    @property
+    def moves_irqs(self) -> bool:
+        """Whether it has controllable IRQs."""
+
 
 class ExclusiveTuning:
     """Scheduling classes by annotation, namespace and QoS class; controllable IRQs kept
@@ -53,6 +57,10 @@ class ExclusiveTuning:
     @property
     def tunes(self) -> bool:
         return bool(self._rules.classes or self._irqs)
+
+    @property
+    def moves_irqs(self) -> bool:
+        return bool(self._irqs)
 
     def scheduling_class(self, workload: Workload) -> Choice:
         return self._rules.choose(workload)

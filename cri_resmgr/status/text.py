@@ -57,6 +57,9 @@ def _table(rows: Sequence[Row], colour: bool) -> list[str]:
     if any(r.blockio != "-" or r.rdt != "-" for r in rows):  # block I/O and RDT classes, when any is given
         cells = [(*cells[0][:-1], *CLASS_HEADERS, cells[0][-1])] + \
             [(*row[:-1], r.blockio, r.rdt, row[-1]) for row, r in zip(cells[1:], rows, strict=True)]
+    if any(r.sched != "-" for r in rows):  # scheduling classes, when any is given
+        cells = [(*cells[0][:-1], "SCHED", cells[0][-1])] + \
+            [(*row[:-1], r.sched, row[-1]) for row, r in zip(cells[1:], rows, strict=True)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     out = []
     for n, row in enumerate(cells):

@@ -60,6 +60,7 @@ class Row:
     id: str
     blockio: str = "-"  # block I/O class (docs/classes.md)
     rdt: str = "-"  # RDT class
+    sched: str = "-"  # scheduling class
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def _row(c: Mapping[str, Any], short: str) -> Row:
                pool=c["pool"] or (NOT_MANAGED if c.get("managed") is False else "-"),
                exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
                id=(c["id"] or "creating")[:12], blockio=c.get("blockio_class") or "-",
-               rdt=c.get("rdt_class") or "-")
+               rdt=c.get("rdt_class") or "-", sched=c.get("sched_class") or "-")
 
 
 def _milli(value: int) -> str:

@@ -232,3 +232,68 @@ def test_a_write_the_kernel_refuses_is_one_error_shown_counted_and_tried_again(n
     n.kubelet.start_pod(PodSpec(name="be", containers=[ContainerSpec(name="c")]))
     assert n.file(gov) == "performance"
     assert n.ctl.state().to_document()["cpu_class_failures"] == []
+
+
+NO_CLASSES = "policy:\n  Active: static\n  ReservedResources: {CPU: 1}\n"
+ORIGINAL = {"scaling_min_freq": "800000", "scaling_max_freq": "3500000", "scaling_governor": "powersave",
+            "energy_performance_preference": "balance_performance", "C6": "0", "C1": "0"}
+
+
+def restarted(n: Node, containerd, config: str) -> None:
+    """Stopped (nothing written back) and started again on the same host and state directory."""
+    n.loop.run(n.relay.stop(1))
+    n.loop.run(n.ctl.close())
+    settings = EngineSettings(state_dir=str(n.dir / "state"), host_root=str(n.root))
+
+    async def again():
+        up = Upstream(str(containerd.socket))
+        relay = GrpcRelay(n.sock, up, up, MethodTable())
+        ctl = Controller(settings, default_registry(), TransportFeed(relay), CriRuntime(up), lambda *a: None,
+                         host_files=n.files)
+        await ctl.apply(parse_document(config, "test config", default_registry().names()))
+        await relay.start()
+        return relay, ctl
+
+    n.relay, n.ctl = n.loop.run(again())
+
+
+def test_a_restart_keeps_the_classes_and_what_was_there_before_the_first(node_factory, containerd):
+    n = node_factory()
+    n.kubelet.start_pod(guaranteed("g"))
+    assert n.cpu(1) == TURBO
+    start = len(n.files.writes)
+    restarted(n, containerd, CONFIG)
+    assert n.cpu(1) == TURBO and n.cpu(0) == ECO
+    assert n.files.writes[start:] == []  # the files hold the classes already
+    # A configuration without classes gives back what was there before the first run wrote.
+    n.apply(NO_CLASSES)
+    assert n.cpu(1) == n.cpu(0) == ORIGINAL
+
+
+def test_a_restart_without_classes_or_without_a_cpus_class_gives_back_what_was_there(node_factory, containerd):
+    n = node_factory()
+    n.kubelet.start_pod(guaranteed("g"))
+    assert n.cpu(1) == TURBO
+    # Restarted with the exclusive class gone: CPU 1 (still the container's) has none, so its own values.
+    restarted(n, containerd, CONFIG.replace("    DefaultExclusiveCPUClass: turbo\n", ""))
+    assert n.cpu(1) == ORIGINAL and n.cpu(0) == ECO
+    assert n.file(f"{UNCORE}/min_freq_khz") == "1200000"
+    # Restarted with no classes at all: every CPU its own values.
+    restarted(n, containerd, NO_CLASSES)
+    assert n.cpu(0) == n.cpu(1) == ORIGINAL
+
+
+def test_the_kept_originals_are_the_owners_alone_and_a_bad_file_is_a_warning(tmp_path, caplog):
+    from cri_resmgr.engine.cpuclasses import CpuClassControl
+
+    saved = tmp_path / "state" / "cpu-class-originals.json"
+    saved.parent.mkdir()
+    saved.write_text('{"version": 1, "files": [')
+    caplog.set_level(logging.WARNING, logger="cri_resmgr")
+    CpuClassControl(cpufreq.KernelLike(str(tmp_path)), saved=str(saved))
+    assert [r.getMessage() for r in caplog.records if "cannot read what the CPUs held" in r.getMessage()]
+    # Written whole, renamed into place, for the owner only.
+    from cri_resmgr.engine import cpuclasses
+    cpuclasses._save(str(saved), {"sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "3500000"})
+    assert (saved.stat().st_mode & 0o777) == 0o600
+    assert cpuclasses._load(str(saved)) == {"sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "3500000"}

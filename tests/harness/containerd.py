@@ -123,11 +123,13 @@ def _nri_section(layout: Layout, table: str, q: Callable[[object], str], nri: bo
 
 
 def render_config(layout: Layout, snapshotter: str, sandbox_image: str = images.PAUSE_IMAGE,
-                  major: int = 1, nri: bool = False) -> str:
+                  major: int = 1, nri: bool = False, systemd_cgroup: bool = False) -> str:
     """The containerd config for an instance under `layout`: version 2 for 1.6 and 1.7,
-    version 3 for 2.x (`major`); NRI enabled when `nri` (1.7+)."""
+    version 3 for 2.x (`major`); NRI enabled when `nri` (1.7+); runc's systemd cgroup driver
+    when `systemd_cgroup` (pods' cgroup parents are then slices: Kubelet(cgroup_driver="systemd"))."""
+    sd = "true" if systemd_cgroup else "false"
     if major >= 2:
-        return _render_config_v3(layout, snapshotter, sandbox_image, nri)
+        return _render_config_v3(layout, snapshotter, sandbox_image, nri, sd)
 
     def q(value: object) -> str:
         return json.dumps(str(value))  # a JSON string is a valid TOML basic string
@@ -187,7 +189,7 @@ disabled_plugins = [
         runtime_type = "io.containerd.runc.v2"
 
         [{cri}.containerd.runtimes.runc.options]
-          SystemdCgroup = false
+          SystemdCgroup = {sd}
           Root = {q(layout.runc_root)}
 
       # runc behind a gate (GATED_RUNTIME): pods that ask for it by runtime_handler
@@ -196,7 +198,7 @@ disabled_plugins = [
         runtime_type = "io.containerd.runc.v2"
 
         [{cri}.containerd.runtimes.{GATED_RUNTIME}.options]
-          SystemdCgroup = false
+          SystemdCgroup = {sd}
           Root = {q(layout.runc_root)}
           BinaryName = {q(layout.gated_runc)}
 
@@ -208,7 +210,7 @@ disabled_plugins = [
 {_nri_section(layout, 'plugins."io.containerd.nri.v1.nri"', q, nri)}"""
 
 
-def _render_config_v3(layout: Layout, snapshotter: str, sandbox_image: str, nri: bool) -> str:
+def _render_config_v3(layout: Layout, snapshotter: str, sandbox_image: str, nri: bool, sd: str) -> str:
     """containerd 2.x: the CRI plugin split into runtime and images plugins."""
 
     def q(value: object) -> str:
@@ -268,7 +270,7 @@ disabled_plugins = [
       [{rt}.containerd.runtimes.runc]
         runtime_type = "io.containerd.runc.v2"
         [{rt}.containerd.runtimes.runc.options]
-          SystemdCgroup = false
+          SystemdCgroup = {sd}
           Root = {q(layout.runc_root)}
       # runc behind a gate (GATED_RUNTIME), as in the 1.x configuration.
       [{rt}.containerd.runtimes.{GATED_RUNTIME}]
@@ -314,6 +316,7 @@ class Containerd:
         major: int = 1,
         nri: bool = False,
         version: str = "",
+        systemd_cgroup: bool = False,
     ) -> None:
         """`bin_dir`: where another release's containerd, ctr and shim are (its shim is
         found on PATH, so the directory goes first there); `major`: its major version
@@ -337,6 +340,7 @@ class Containerd:
         self.major = major
         self.nri = nri
         self.version = version  # for test ids and messages; "" for the system's
+        self.systemd_cgroup = systemd_cgroup
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -375,7 +379,8 @@ class Containerd:
         if self.snapshotter is None:
             self.snapshotter = "overlayfs" if overlay_supported(lay.base_dir) else "native"
         lay.snapshotter_file.write_text(self.snapshotter + "\n")
-        lay.config.write_text(render_config(lay, self.snapshotter, major=self.major, nri=self.nri))
+        lay.config.write_text(render_config(lay, self.snapshotter, major=self.major, nri=self.nri,
+                                           systemd_cgroup=self.systemd_cgroup))
         lay.gate_dir.mkdir(exist_ok=True)
         runc = shutil.which(self._runc_bin) or self._runc_bin
         lay.gated_runc.write_text(gated_runc_script(runc, lay.gate_dir))

@@ -100,11 +100,18 @@ class Kubelet:
         stop_timeout: int = 2,
         rpc_timeout: float = 60.0,
         kubelet_version: str = "1.35",
+        cgroup_driver: str = "cgroupfs",
     ) -> None:
         if api_version not in API_MODULES:
             raise ValueError(f"unknown CRI api version {api_version!r} (known: {sorted(API_MODULES)})")
-        if not cgroup_root.startswith("/"):
+        if cgroup_driver not in ("cgroupfs", "systemd"):
+            raise ValueError(f"unknown cgroup driver {cgroup_driver!r} (cgroupfs or systemd)")
+        if cgroup_driver == "cgroupfs" and not cgroup_root.startswith("/"):
             raise ValueError(f"cgroup_root must be an absolute cgroup path, got {cgroup_root!r}")
+        if cgroup_driver == "systemd" and ("/" in cgroup_root.strip("/") or "-" in cgroup_root):
+            raise ValueError(f"with the systemd driver cgroup_root is a slice prefix without '/' or '-', "
+                             f"got {cgroup_root!r}")
+        self.cgroup_driver = cgroup_driver
         self.api_version = api_version
         self.pb, stubs = API_MODULES[api_version]
         self.cgroup_root = cgroup_root
@@ -199,7 +206,7 @@ class Kubelet:
             labels=labels,
             annotations=annotations,
             linux=pb.LinuxPodSandboxConfig(
-                cgroup_parent=pod_cgroup_parent(pod, self.cgroup_root),
+                cgroup_parent=pod_cgroup_parent(pod, self.cgroup_root, self.cgroup_driver),
                 security_context=pb.LinuxSandboxSecurityContext(namespace_options=self._namespace_options(pod)),
                 resources=self.linux_resources(sandbox_resources(pod)),
                 overhead=pb.LinuxContainerResources(),
@@ -459,7 +466,7 @@ class Kubelet:
             self.remove_container(c.id)
         self.stop_pod(sandbox_id)
         self.remove_pod(sandbox_id)
-        if cgroup_parent:
+        if cgroup_parent and self.cgroup_driver == "cgroupfs":  # systemd removes an empty slice itself
             for d in cgroupfs.cgroup_dirs(cgroup_parent):
                 cgroupfs.remove_cgroup_tree(d, busy_timeout=1.0)
 

@@ -224,9 +224,17 @@ def qos_class(pod: PodSpec) -> str:
     return BURSTABLE
 
 
-def pod_cgroup_parent(pod: PodSpec, cgroup_root: str = "/kubepods") -> str:
-    """kubelet's pod cgroup, cgroupfs driver form."""
+def pod_cgroup_parent(pod: PodSpec, cgroup_root: str = "/kubepods", driver: str = "cgroupfs") -> str:
+    """kubelet's pod cgroup, in the form of its cgroup driver: cgroupfs, a path under
+    `cgroup_root`; systemd, a slice named after `cgroup_root` (kubelet's "kubepods"), which
+    systemd nests by its dashes (kubepods.slice/kubepods-besteffort.slice/...)."""
     qos = qos_class(pod)
+    if driver == "systemd":
+        prefix = cgroup_root.strip("/")
+        uid = pod.uid.replace("-", "_")  # a dash would nest one slice deeper
+        if qos == GUARANTEED:
+            return f"{prefix}-pod{uid}.slice"
+        return f"{prefix}-{qos.lower()}-pod{uid}.slice"
     root = "/" + cgroup_root.strip("/")
     if qos == GUARANTEED:
         return f"{root}/pod{pod.uid}"

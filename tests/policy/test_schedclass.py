@@ -96,3 +96,20 @@ def test_a_balloon_types_class_is_its_containers_default_and_isolate_keeps_irqs_
     assert not intent.controllable.selects(50, "ttyS0")
     p.release("a")
     assert not p.irq_intent().avoid  # its balloon gone with it: no CPU is avoided
+
+
+def test_topology_aware_keeps_controllable_irqs_off_exclusive_cpus():
+    from cri_resmgr.policy.context import build_context
+    from cri_resmgr.policy.topology_aware.policy import TopologyAwarePolicy
+    from tests.topology.shapes import machine
+
+    p = TopologyAwarePolicy(build_context(machine(cores=4, threads=1), reserved=1, options={
+        "ControllableInterrupts": ["*nvme*"], "SchedulingClasses": [RT], "PodQoSSchedulingClasses": {"Guaranteed": "rt"}}))
+    assert p.tunes and not p.irq_intent().avoid
+    w = Workload(key="g", namespace="default", pod="p", name="c", qos=QoS.GUARANTEED, cpu_request=2000,
+                 cpu_limit=2000)
+    d = p.allocate(w)
+    assert p.irq_intent().avoid == d.resources.cpuset_cpus and len(d.resources.cpuset_cpus) == 2
+    assert p.scheduling_class(w).cls.name == "rt"
+    p.release("g")
+    assert not p.irq_intent().avoid

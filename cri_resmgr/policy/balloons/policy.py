@@ -326,6 +326,10 @@ class BalloonsPolicy:
     def tunes(self) -> bool:
         return bool(self._config.sched.classes or self._config.irqs)
 
+    @property
+    def moves_irqs(self) -> bool:
+        return bool(self._config.irqs)
+
     def scheduling_class(self, workload: Workload) -> Choice:
         """The annotation's class, else its balloon type's SchedulingClass (the type it
         would get, before it is placed)."""
