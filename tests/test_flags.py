@@ -68,7 +68,7 @@ def test_types_and_choices():
     (["-port", "http"], "invalid value for -port: 'http' is not a valid integer"),
     (["-port", "70000"], "invalid value for -port: 70000 is not in the range 0-65535"),
     (["-port", "http", "-port", "80"], "invalid value for -port: 'http' is not a valid integer"),
-    (["--grace=-1"], "invalid value for --grace: -1 is not in the range >= 0"),
+    (["--grace=-1"], "invalid value for --grace: -1 is less than 0, the least it may be"),
     (["-grace", "soon"], "invalid value for -grace: 'soon' is not a valid number"),
     (["extra"], "unexpected extra argument (extra)"),
     (["-"], "unexpected extra argument (-)"),
