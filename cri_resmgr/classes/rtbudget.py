@@ -64,13 +64,14 @@ class RtBudget:
         if own is None:
             return f"{self._files.show(chain[-1])} has no {RUNTIME}"
         want = max(own, int(period * FRACTION))
-        # What each level must hold, bottom-up: its other children's and the next one's.
-        needed: dict[str, int] = {chain[-1]: want}
-        for i in range(len(chain) - 2, -1, -1):
-            level, child = chain[i], chain[i + 1]
-            others = sum(self._value(f"{level}/{n}") or 0 for n in self._files.listdir(level)
-                         if f"{level}/{n}" != child and self._files.exists(f"{level}/{n}/{RUNTIME}"))
-            needed[level] = max(self._value(level) or 0, others + needed[child])
+        others = {d: self._others(d, chain[i + 1]) for i, d in enumerate(chain[:-1])}
+        # Within what the root allows: the chain's top may take what its siblings leave.
+        room = (self._value(CPU_ROOT) or 0) - self._others(CPU_ROOT, chain[0])
+        needed = self._needed(chain, others, want)
+        excess = needed[chain[0]] - room
+        if excess > 0 and want - excess > own:
+            want -= excess  # less than FRACTION, but a budget
+            needed = self._needed(chain, others, want)
         for d in chain:  # parents first: a child never holds more than its parent
             have = self._value(d) or 0
             if have >= needed[d]:
@@ -84,6 +85,18 @@ class RtBudget:
             if self._note is not None:
                 self._note(f"rt budget: wrote '{needed[d]}' to {self._files.show(f'{d}/{RUNTIME}')}")
         return None
+
+    def _others(self, level: str, child: str) -> int:
+        """What the children of `level` but `child` hold."""
+        return sum(self._value(f"{level}/{n}") or 0 for n in self._files.listdir(level)
+                   if f"{level}/{n}" != child and self._files.exists(f"{level}/{n}/{RUNTIME}"))
+
+    def _needed(self, chain: tuple[str, ...], others: dict[str, int], want: int) -> dict[str, int]:
+        """What each level must hold, bottom-up: its other children's and the next one's."""
+        needed = {chain[-1]: want}
+        for i in range(len(chain) - 2, -1, -1):
+            needed[chain[i]] = max(self._value(chain[i]) or 0, others[chain[i]] + needed[chain[i + 1]])
+        return needed
 
     def release(self, container_id: str) -> None:
         """The container is gone (or going): what only it needed goes back, children

@@ -368,6 +368,13 @@ class BalloonsPolicy:
         t, _ = type_for(self._config, w, bool(self._book.reserved))
         return dedicated(t, w)
 
+    def isolation_cap(self, w: Workload) -> int | None:
+        """The most exclusive CPUs the configuration lets `w` hold (its balloon type's
+        MaxCPUs; None: no cap), for the same check: a dedicated container that asks for more
+        is placed short by design (a warning), no policy fault."""
+        t, _ = type_for(self._config, w, bool(self._book.reserved))
+        return t.max_cpus
+
     def _exclusive(self, b: Balloon) -> CPUSet:
         """A dedicated container alone in its balloon holds the balloon's CPUs exclusively
         (the lent idle CPUs it may also run on are not its own)."""
