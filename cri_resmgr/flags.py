@@ -157,11 +157,16 @@ def clipped(text: str, limit: int = 40) -> str:
 
 def _check_range(text: str, value: float, low: float | None, high: float | None) -> None:
     if low is not None and high is not None and not low <= value <= high:
-        raise ValueError(f"{clipped(text)} is not in the range {low:g}-{high:g}")
+        raise ValueError(f"{clipped(text)} is not in the range {_bound(low)}-{_bound(high)}")
     if low is not None and value < low:
-        raise ValueError(f"{clipped(text)} is less than {low:g}, the least it may be")
+        raise ValueError(f"{clipped(text)} is less than {_bound(low)}, the least it may be")
     if high is not None and value > high:
-        raise ValueError(f"{clipped(text)} is more than {high:g}, the most it may be")
+        raise ValueError(f"{clipped(text)} is more than {_bound(high)}, the most it may be")
+
+
+def _bound(value: float) -> str:
+    """A bound as typed: 0, 100000, 0.001 (never 1e+06)."""
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:

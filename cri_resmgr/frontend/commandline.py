@@ -5,7 +5,6 @@ directory, dump, metrics and logging (defined once: `-help` reads the same in `c
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
