@@ -107,6 +107,8 @@ class CpuClassControl:
         return Prepared(dict(layout.classes), host)
 
     def switch(self, prepared: Prepared) -> None:
+        if prepared != self._prepared:  # a class's values, or what the machine offers: all worked out again
+            self._assignment = {}
         self._prepared = prepared
 
     def decided(self, policy: Policy | None, cache: Cache | None) -> None:
