@@ -375,6 +375,13 @@ class BalloonsPolicy:
         t, _ = type_for(self._config, w, bool(self._book.reserved))
         return t.max_cpus
 
+    def exclusive_wanted(self, w: Workload) -> int:
+        """How many exclusive CPUs a dedicated container asks for (its whole CPUs; 0 for the
+        others, which share their balloon by design): `cri-resmgr status` marks a container
+        holding fewer as a request not met, its type's MaxCPUs the reason or not."""
+        whole, fraction = divmod(w.cpu_request, 1000)
+        return whole if whole and not fraction and self.expects_isolation(w) else 0
+
     def _exclusive(self, b: Balloon) -> CPUSet:
         """A dedicated container alone in its balloon holds the balloon's CPUs exclusively
         (the lent idle CPUs it may also run on are not its own)."""
