@@ -110,11 +110,11 @@ class BalloonsPolicy:
             self._make_room(lacking, b)
             lacking = book.resize(b)
         changed, moved = self._moved
-        notes = [f"{NAME}: {workload} ({workload.key}) in {b.name}: {m}" for m in moved]
+        notes = [f"{NAME}: {workload} ({workload.short_key}) in {b.name}: {m}" for m in moved]
         unmet = None
         if short or lacking:
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
-            unmet = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
+            unmet = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.short_key}) with its "
                      f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
                      f"({book.size(b)} {unit}, {b.requested}m requested)")
             notes.append(unmet)
