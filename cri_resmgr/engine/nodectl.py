@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 LOCATE_TIMEOUT = 2.0
 IRQ_ORIGINALS_FILE = "irq-originals.json"  # in the state directory (engine/originals.py)
+RT_ORIGINALS_FILE = "rt-budget-originals.json"  # likewise: cpu.rt_runtime_us by cgroup, before our write
 T = TypeVar("T")
 
 
@@ -76,16 +77,20 @@ class NodeControl:
 
     def __init__(self, files: HostFiles, scheduler: Scheduler, runtime: RuntimePort,
                  online: Callable[[], CPUSet], note: Callable[[str], None] | None = None,
-                 saved: str | None = None):
+                 saved: str | None = None, rt_saved: str | None = None):
         """`saved`: the file keeping the controllable IRQs' original affinities across a
-        crash (None: kept in this process only)."""
+        crash, `rt_saved` the RT budgets' (None: kept in this process only)."""
         self._files = files
         self._scheduler = scheduler
         self._runtime = runtime
         self._online = online
         self._note = note
         self._mode = cgroups.mode(files) or ("v1" if files.exists(f"{cgroups.CGROUP_ROOT}/cpu") else None)
-        self._rt = RtBudget(files, note)
+        self._rt = RtBudget(files, note, keep=(lambda held: originals.save(
+            rt_saved, {d: str(v) for d, v in held.items()}, "RT budgets")) if rt_saved is not None else None)
+        if rt_saved is not None:
+            self._rt.adopt({d: int(v) for d, v in originals.load(rt_saved, "RT budgets", "the cgroups").items()
+                            if v.lstrip("-").isdigit()})
         self._irq = IrqWriter(files, note)
         self._saved = saved
         self._kept: dict[str, str] = {}  # what `saved` holds

@@ -217,7 +217,9 @@ def _node(x: int, y: int, node: int, cores: Cores, fills: dict[str, str]) -> tup
 def _fill(cell: Cell, fills: dict[str, str]) -> str:
     if cell.holder is not None:
         return HOLDER_FILLS[cell.holder % len(HOLDER_FILLS)]
-    return fills.get(cell.label, fills.get(cell.label.split("/")[0], "#ffffff"))
+    # A CPU in several pools (static's shared/reserved) wears the narrower one's colour, so
+    # that the legend's two entries do not look like one pool.
+    return fills.get(cell.label, fills.get(cell.label.split("/")[-1], "#ffffff"))
 
 
 def _thread(x: int, y: int, cell: Cell, fills: dict[str, str]) -> list[str]:

@@ -136,3 +136,12 @@ def test_the_pool_summary_says_what_the_pool_table_says():
     assert any(name.startswith("dedicated[") for name in table)
     for name, runs_on in table.items():
         assert summary[name] == runs_on, name
+
+
+def test_a_cpu_in_two_pools_is_not_drawn_as_the_wider_one():
+    """static's reserved CPU is in the shared pool too: `shared/reserved` in the reserved colour,
+    not in the shared one beside `shared` in the legend."""
+    root = ET.fromstring(svg.render(view.build(document("static", 32))))
+    cpu0 = next(g for g in root.iter(f"{SVG}g") if (g.findtext(f"{SVG}title") or "").startswith("CPU 0: "))
+    assert "shared/reserved" in cpu0.findtext(f"{SVG}title")
+    assert cpu0.find(f"{SVG}rect").get("fill") == svg.POOL_FILLS["reserved"]
