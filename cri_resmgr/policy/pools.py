@@ -411,6 +411,20 @@ class PoolPolicy:
     def reserved(self) -> CPUSet:
         return self._reserved
 
+    def exclusive_wanted(self, workload: Workload) -> int:
+        """How many exclusive CPUs the policy gives `workload` when it can (0: none by design);
+        `cri-resmgr status` marks a container holding fewer as a request not met."""
+        return self._exclusive_wanted(workload)
+
+    @property
+    def shared_floor(self) -> int:
+        """CPUs of its own, not reserved, the shared pool keeps whatever is asked of it: none
+        when the reserved CPUs are in the shared pool (static's default: they are the room
+        left for shared containers), else the one CPU it never gives away (static-plus, whose
+        reserved CPUs are a pool of their own; static with StrictReservation). For the
+        simulator's check that Guaranteed containers get exclusive CPUs when requests fit."""
+        return 0 if self._reserved and self._reserved <= self._base_shared else 1
+
 
 class _PoolRules(Rules):
     """A PoolPolicy's part in policy/restore.py: the book is replaced by an empty one (the
