@@ -826,13 +826,17 @@ class ResourceManager:
             items.append((c.workload, a))
         decision = self._policy.restore(items, live=live)
         for w, was in items:
-            # The policy's warnings name each container with its key in parentheses.
-            if decision.warning and f"({w.key})" in decision.warning:
-                self._denied(w, "not enough free CPUs when its allocation was restored")
+            # "restored": as saved; "adopted": found running with nothing saved for it (new to the
+            # relay or plugin); "re-placed": a live reconfiguration (a policy switch) placed it anew.
+            verb = "re-placed" if live else "restored" if was is not None else "adopted"
+            # The policy's warnings name each container with its short key in parentheses.
+            if decision.warning and f"({w.short_key})" in decision.warning:
+                self._denied(w, "not enough free CPUs " + (
+                    "when the new configuration placed it" if live else
+                    "to restore its saved allocation" if was is not None else "when it was adopted"))
             r = self._policy.resources(w.key)
-            if r is not None:  # "adopted": found running with nothing saved for it (new to the relay)
-                log.info("%s %s: %s", "restored" if was is not None else "adopted", w,
-                         describe.Placement(self._policy.assignment(w.key), r))
+            if r is not None:
+                log.info("%s %s: %s", verb, w, describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
@@ -883,8 +887,8 @@ def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resou
                 "them (CPUs offline)")
     return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
             f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
-            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "
-            "it) to put it right")
+            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus to put it "
+            "right")
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:
