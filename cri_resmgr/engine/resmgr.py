@@ -895,8 +895,8 @@ def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resou
                 "them (CPUs offline)")
     return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
             f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
-            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "
-            "it) to put it right")
+            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus to put it "
+            "right")
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:
