@@ -110,6 +110,9 @@ class ResourceManager:
         self._decision_latency = Histogram()  # plain integers: read at scrape time
         self._note = note
         self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
+        # -dry-run: what "would set" last said, by key; nothing is applied, so without it every
+        # later update batch naming the container said it again.
+        self._said: dict[str, Resources] = {}
         # The message each container's `resources` dict stands for, by key, while they
         # agree: _sync changes a copy of it instead of parsing and re-encoding the dict.
         self._linux: dict[str, pb.LinuxContainerResources] = {}
@@ -564,6 +567,7 @@ class ResourceManager:
         if self._node is not None and c.id:
             self._node.forget(c.id)  # its RT budget, if it had one
         self._applied.pop(c.key, None)
+        self._said.pop(c.key, None)
         self._linux.pop(c.key, None)
         had = self._policy.resources(c.key)
         if had is not None:
@@ -645,6 +649,9 @@ class ResourceManager:
         log.warning("%s placed without what it asked for: %s", w, warning)
 
     def _would(self, w: Workload, r: Resources) -> None:
+        if self._said.get(w.key) == r:
+            return
+        self._said[w.key] = r
         where = describe.placement(self._policy.assignment(w.key), r)
         text = f"dry-run: would set {w}: cpuset {r.cpuset_cpus} mems {r.cpuset_mems or '-'} ({where})"
         log.info("%s", text)
@@ -838,6 +845,7 @@ class ResourceManager:
             if r is not None:
                 log.info("%s %s: %s", verb, w, describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
+        self._said.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
         self._rearm()
