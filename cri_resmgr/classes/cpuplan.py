@@ -186,12 +186,16 @@ def wanted(assignment: Mapping[int, str], classes: Mapping[str, CpuClassDef], ho
             # others enabled, so a CPU that changes class gets back what it lost.
             for state, index in states.items():
                 out[cstate_file(cpu, index)] = "1" if state in c.disabled_cstates else "0"
-    for (package, die) in host.uncore:
-        lo = hi = 0
+    dies: dict[tuple[int, int], tuple[int, int]] = {}  # die -> the highest uncore min and max of its CPUs' classes
+    if host.uncore:
         for cpu, name in assignment.items():
             c = classes.get(name)
-            if c is not None and host.die_of.get(cpu) == (package, die):
-                lo, hi = max(lo, c.uncore_min_freq), max(hi, c.uncore_max_freq)
+            where = host.die_of.get(cpu)
+            if c is not None and where is not None and c.sets_uncore:
+                lo, hi = dies.get(where, (0, 0))
+                dies[where] = (max(lo, c.uncore_min_freq), max(hi, c.uncore_max_freq))
+    for (package, die) in host.uncore:
+        lo, hi = dies.get((package, die), (0, 0))
         if lo:
             out[f"{uncore_dir(package, die)}/min_freq_khz"] = str(lo)
         if hi:

@@ -11,10 +11,14 @@ later ones hold the update until the event in flight has ended. So:
 * `queue`: updates that cannot wait for a hook (the reconcile, a configuration change, a
   decision that missed its hook's deadline, an update owed to a container since its
   start): sent once no call of the runtime's is in flight and none has come for SETTLE
-  (events come in bursts: a runtime inside one, between two calls, holds its lock and
-  is about to take the other; an `urgent` update, and one queued MAX_WAIT ago, waits
-  only for nothing in flight); a hook that begins before they are sent takes them into
-  its reply instead (`take`), unless they must go alone.
+  (URGENT_SETTLE for an `urgent` one: a container may be on another's CPUs meanwhile),
+  or, when the runtime never settles that long, MAX_WAIT (URGENT_MAX_WAIT) after it
+  was queued with only nothing in flight; until then a hook that carries updates takes
+  them into its reply instead (`take`), unless they must go alone. The deadlock needs
+  an event to begin while an UpdateContainers is on its way (the runtime takes its own
+  lock, builds the event's request, then the adaptation's lock, which the update holds
+  while it waits for the first): the less often one goes while the runtime is busy, the
+  rarer it is; on a busy node nearly all ride in replies.
 * `carry`: updates that can wait (what a removal or a pod's stop frees, whose replies
   carry nothing): the next reply that carries updates takes them, or, when none comes
   within CARRY_WAIT, UpdateContainers.
@@ -41,9 +45,11 @@ SendUpdates = Callable[[list[api.ContainerUpdate]], Awaitable[list[api.Container
 # How long carried updates wait for a reply that can take them.
 CARRY_WAIT = 1.0
 # How long the runtime must have made no call before an UpdateContainers goes, and the
-# longest an update waits for that (then only for nothing in flight).
-SETTLE = 0.2
-MAX_WAIT = 2.0
+# longest an update waits for that (then only for nothing in flight); an urgent one's.
+SETTLE = 1.0
+MAX_WAIT = 30.0
+URGENT_SETTLE = 0.3
+URGENT_MAX_WAIT = 2.0
 
 
 class _Queued:
@@ -204,10 +210,10 @@ class Delivery:
     def _settling(self) -> float:
         """Seconds still to wait for the runtime to settle (0: send now)."""
         now = time.monotonic()
-        if any(q.urgent for q in self._outbox.values()):
-            return 0.0
-        waited = now - min(q.since for q in self._outbox.values())
-        return max(min(SETTLE - (now - self._last_call), MAX_WAIT - waited), 0.0)
+        urgent = [q.since for q in self._outbox.values() if q.urgent]
+        settle, longest = (URGENT_SETTLE, URGENT_MAX_WAIT) if urgent else (SETTLE, MAX_WAIT)
+        waited = now - min(urgent or [q.since for q in self._outbox.values()])
+        return max(min(settle - (now - self._last_call), longest - waited), 0.0)
 
     async def _run(self) -> None:
         while self._outbox:

@@ -82,6 +82,11 @@ class Workload:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.pod}:{self.name}"
 
+    @property
+    def short_key(self) -> str:
+        """The key as logs show ids: its first 12 characters (a container id has 64)."""
+        return self.key[:12]
+
     def effective_annotation(self, key: str) -> str | None:
         """The value of annotation `key` for this container: `key/container.NAME`, then
         `key/pod`, then `key` (each in both forms, annotation_keys), each looked up in the

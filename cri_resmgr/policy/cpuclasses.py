@@ -194,7 +194,7 @@ def _cstates(entry: Mapping[str, object], where: str) -> tuple[str, ...]:
         raise ConfigValueError(f"{where}.DisabledCstates: expected a list of C-state names, got {short(value)}")
     out = []
     for v in value:
-        if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9_+-]{1,32}", v.strip()):
+        if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9_+.-][A-Za-z0-9_+. -]{0,31}", v.strip()):
             raise ConfigValueError(f"{where}.DisabledCstates: expected C-state names (C6, C1E), got {short(v)}")
         out.append(v.strip())
     return tuple(out)

@@ -22,6 +22,7 @@ objects with no locking: the caller serializes calls on one policy.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -244,9 +245,11 @@ def check_options(options: Mapping[str, object], known: Iterable[str], section: 
     known = tuple(known)
     for name in options:
         if name not in known:
-            raise ConfigValueError(
-                f"policy.{section}.{clip(str(name), 30)}: unknown option (known: {', '.join(known) or 'none'})"
-            )
+            # A policy has dozens of options: the likeliest one is named, the list is clipped,
+            # so the error stays one readable line.
+            near = difflib.get_close_matches(str(name), known, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"known: {clip(', '.join(known) or 'none', 300)}"
+            raise ConfigValueError(f"policy.{section}.{clip(str(name), 30)}: unknown option ({hint})")
 
 
 def checked_cpus(context: PolicyContext) -> tuple[CPUSet, CPUSet]:
@@ -407,6 +410,20 @@ class PoolPolicy:
     @property
     def reserved(self) -> CPUSet:
         return self._reserved
+
+    def exclusive_wanted(self, workload: Workload) -> int:
+        """How many exclusive CPUs the policy gives `workload` when it can (0: none by design);
+        `cri-resmgr status` marks a container holding fewer as a request not met."""
+        return self._exclusive_wanted(workload)
+
+    @property
+    def shared_floor(self) -> int:
+        """CPUs of its own, not reserved, the shared pool keeps whatever is asked of it: none
+        when the reserved CPUs are in the shared pool (static's default: they are the room
+        left for shared containers), else the one CPU it never gives away (static-plus, whose
+        reserved CPUs are a pool of their own; static with StrictReservation). For the
+        simulator's check that Guaranteed containers get exclusive CPUs when requests fit."""
+        return 0 if self._reserved and self._reserved <= self._base_shared else 1
 
 
 class _PoolRules(Rules):

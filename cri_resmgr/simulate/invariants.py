@@ -26,7 +26,10 @@ others it moved are the ones last seen (the full passes ask for every container)
   whole CPUs (not prefer-shared, not on the reserved CPUs) holds that many exclusive CPUs
   whenever the CPU requests of all live containers, the shared ones rounded up to whole
   CPUs and at least one, fit the available CPUs that are neither reserved nor isolated
-  (a pool hiding hyperthreads neither counted as room nor its requests as need).
+  (a pool hiding hyperthreads neither counted as room nor its requests as need); what
+  the configuration caps (a balloon type's MaxCPUs, the policy's isolation_cap) is all
+  that is expected, and the shared pool's own CPU beside the reserved ones is needed
+  where the policy keeps one (its shared_floor).
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ class Checker:
                 allocated.append(e.key)
                 c = self.cache.containers.get(e.key)
                 if c is not None:
-                    self._requests[e.key] = c.workload.cpu_request
+                    self._requests[e.key] = self._request(c.workload)
             else:
                 reported[e.key] = None
                 self._requests.pop(e.key, None)
@@ -237,14 +240,16 @@ class Checker:
             return None
         if self.reserved and (w.system or w.prefer_reserved):
             return None
-        if len(exclusive) >= whole:
+        cap = self._cap(w)
+        if len(exclusive) >= (whole if cap is None else min(whole, cap)):
             return None
         isolated = sum(r for k, r in self._requests.items() if self._wants_isolation(k))
         shared = sum(self._requests.values()) - isolated
         capacity = 1000 * len(self.available - self.reserved - self.topology.isolated)
         # The shared containers need a CPU of their own only where no reserved CPU is there
-        # for them (kubelet's shared pool keeps the reserved CPUs).
-        floor = 0 if self.reserved else 1
+        # for them (kubelet's shared pool keeps the reserved CPUs); a policy whose shared
+        # pool keeps one beside its reserved CPUs (static-plus) says so.
+        floor = getattr(self.policy, "shared_floor", 0 if self.reserved else 1)
         need = isolated + 1000 * max(floor, -(-shared // 1000))
         if need > capacity:
             return None
@@ -278,6 +283,18 @@ class Checker:
                  if p.kind and not p.exclusive and not p.hidden and all(owners[cpu] == 1 for cpu in p.cpus)
                  and len(p.cpus - self.reserved) > max(p.kept, -(-p.requested_milli // 1000))]
         return f"{text}; held beyond their requests: {', '.join(slack[:5])}" if slack else text
+
+    def _cap(self, w: Workload) -> int | None:
+        """The most exclusive CPUs the configuration lets `w` hold (a balloon type's MaxCPUs),
+        as the policy's isolation_cap says; None: no cap."""
+        cap = getattr(self.policy, "isolation_cap", None)
+        return cap(w) if cap is not None else None
+
+    def _request(self, w: Workload) -> int:
+        """`w`'s CPU request as the check counts it: what a capped dedicated container can
+        hold, not what it asks beyond that (it runs on no more)."""
+        cap = self._cap(w) if w.qos is QoS.GUARANTEED else None
+        return w.cpu_request if cap is None else min(w.cpu_request, 1000 * cap)
 
     def _wants_isolation(self, key: str) -> bool:
         c = self.cache.containers.get(key)
@@ -387,7 +404,7 @@ class Checker:
         self._exclusive_of.clear()
         self._memo.clear()
         held = dict(self.policy.assignments())
-        self._requests = {key: c.workload.cpu_request for key, c in self.cache.containers.items()
+        self._requests = {key: self._request(c.workload) for key, c in self.cache.containers.items()
                           if not c.released and key in held}
         for key in held:
             if not self._alive(key):

@@ -28,8 +28,13 @@ CHANNEL_OPTIONS = (
     # Calls must succeed again soon after a runtime restart, not after a long
     # exponential backoff.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # Not a backoff despite its name: gRPC gives each connection attempt this long to get
+    # the runtime's SETTINGS frame, and fails the calls waiting on it (UNAVAILABLE, "timed
+    # out before receiving SETTINGS frame") however long their deadlines. At 100 ms a busy
+    # node's runtime, or one just restarted, failed the relay's start-up adoption and
+    # updates; gRPC's default. A runtime that is gone refuses the connect at once anyway.
+    ("grpc.min_reconnect_backoff_ms", 20_000),
     ("grpc.enable_retries", 0),
 )
 

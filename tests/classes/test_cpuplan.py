@@ -201,3 +201,12 @@ def test_the_kernel_like_tree_refuses_and_clamps_as_the_kernel(tmp_path):
     with pytest.raises(OSError):
         files.write("sys/devices/system/cpu/cpu0/cpuidle/state3/disable", "2")
     assert files.writes == [(f"{base}/scaling_governor", "performance"), (f"{base}/scaling_max_freq", "3500000")]
+
+
+def test_a_cstate_name_is_taken_as_cpuidle_gives_it():
+    # This machine's: POLL and "haltpoll idle" (a name with a space).
+    classes = parse_classes({"CPUClasses": [{"Name": "x", "DisabledCstates": ["haltpoll idle"]}]}, "static")
+    assert classes["x"].disabled_cstates == ("haltpoll idle",)
+    host = cpuplan.CpuHost(cstates={0: {"POLL": 0, "haltpoll idle": 1}})
+    assert cpuplan.check(classes.values(), host) == []
+    assert cpuplan.wanted({0: "x"}, classes, host) == {cpuplan.cstate_file(0, 0): "0", cpuplan.cstate_file(0, 1): "1"}

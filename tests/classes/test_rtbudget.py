@@ -110,3 +110,11 @@ def test_a_budget_the_kernel_refuses_is_one_line_naming_the_cgroup(tmp_path):
     why = RtBudget(FullRoot(str(tmp_path))).ensure("c", f"{CPU_ROOT}/k/c")
     assert why is not None and "\n" not in why
     assert why.startswith(f"the kernel refuses {RUNTIME} 50000 in {tmp_path}/{CPU_ROOT}/k (Invalid argument)")
+
+
+def test_within_what_the_root_leaves(tmp_path):
+    _tree(tmp_path, {"": 950000, "busy": 930000, "k": 0, "k/c": 0})
+    rt = RtBudget(HostRoot(str(tmp_path)))
+    assert rt.ensure("c", f"{CPU_ROOT}/k/c") is None
+    read = lambda rel: int((tmp_path / CPU_ROOT / rel / RUNTIME).read_text())  # noqa: E731
+    assert (read("k"), read("k/c")) == (20000, 20000)  # less than 5%, but a budget

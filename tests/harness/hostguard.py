@@ -8,6 +8,11 @@ A relay or plugin a test starts takes `-state-dir`, `-relay-socket` and the like
 the test's own directory; the default paths are the node's. Checking costs a few stat()
 calls per test (these paths are missing or small on a test machine; an installed venv's
 contents are not walked).
+
+A change another process made (a relay running on the node, another checkout's suite on a
+shared machine) does not fail the run: it is listed as such. Whose a change is, the run's
+or another's, tests/harness/hostowners.py tells (a lock's or a socket's process, and
+whether it descends from this pytest process).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
+from tests.harness.hostowners import Owners
 
 # The defaults of cri_resmgr/config/settings.py and scripts/install-node.sh; the guard's own
 # test points it elsewhere (colon-separated).
@@ -52,38 +59,61 @@ def _add(out: Snapshot, path: str) -> None:
     out[path] = (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def changed_paths(before: Snapshot, after: Snapshot) -> dict[str, str]:
+    """Each path that changed, to `created`, `changed` or `removed`, in that order."""
+    made = {p: "created" for p in sorted(after.keys() - before.keys())}
+    changed = {p: "changed" for p in sorted(before.keys() & after.keys()) if before[p] != after[p]}
+    gone = {p: "removed" for p in sorted(before.keys() - after.keys())}
+    return made | changed | gone
+
+
 def changes(before: Snapshot, after: Snapshot) -> list[str]:
-    made = [f"created {p}" for p in sorted(after.keys() - before.keys())]
-    gone = [f"removed {p}" for p in sorted(before.keys() - after.keys())]
-    changed = [f"changed {p}" for p in sorted(before.keys() & after.keys()) if before[p] != after[p]]
-    return made + changed + gone
+    return [f"{how} {p}" for p, how in changed_paths(before, after).items()]
 
 
 class HostGuard:
     """Snapshots the guarded paths around each test; at the end a run during which they
     changed fails (exit status 1), the report naming each test during which they did.
-    The run fails rather than the test: on a shared machine another process may be the
-    one that touched them while an innocent test ran."""
+    The run fails rather than the test: a change the guard cannot tell from the run's (its
+    process ended before it was asked) may be another process's, made while an innocent
+    test ran. Changes another process made are listed and do not fail the run."""
 
     def __init__(self) -> None:
-        self.touched: list[tuple[str, list[str]]] = []  # (test, changes)
+        self.touched: list[tuple[str, list[str]]] = []  # (test, changes): the run's, or unknown
+        self.others: list[tuple[str, list[str]]] = []  # (test, changes) of processes outside the run
+        self.owners = Owners(GUARDED)
+        self.started = False
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         before = snapshot()
+        if not self.started:  # what is there at the start, and whose (a node's running relay)
+            self.owners.remember(before)
+            self.started = True
         yield
-        found = changes(before, snapshot())
-        if found:
-            self.touched.append((item.nodeid, found))
+        found = changed_paths(before, snapshot())
+        if not found:
+            return
+        foreign = self.owners.others(found)
+        ours = [f"{how} {p}" for p, how in found.items() if p not in foreign]
+        theirs = [f"{how} {p}" for p, how in found.items() if p in foreign]
+        if ours:
+            self.touched.append((item.nodeid, ours))
+        if theirs:
+            self.others.append((item.nodeid, theirs))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.touched and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        tr = terminalreporter
+        if self.others:
+            tr.write_sep("-", "the host's cri-resmgr paths changed by processes outside the run (not a failure)")
+            for nodeid, found in self.others:
+                tr.write_line(f"during {nodeid}: {'; '.join(found)}")
         if not self.touched:
             return
-        tr = terminalreporter
         tr.write_sep("=", "the host's cri-resmgr paths changed: the run fails", red=True)
         tr.write_line("give a relay or plugin -state-dir and sockets of the test's own (or another process "
                       "on the machine touched them meanwhile):")

@@ -102,6 +102,38 @@ def test_an_update_racing_a_shared_containers_start_reaches_its_cgroup(nri_conta
         plugin.stop()
 
 
+def test_pods_started_together_leave_no_shared_container_on_the_exclusive_cpu(nri_containerd, kubelet_on, workdir):
+    """As kubelet starts two pods at once (its creates a few ms apart): no gate, so where
+    the update lands differs from pair to pair; each pair must end placed right."""
+    k, ctd = kubelet_on, nri_containerd
+    plugin = PluginProcess(workdir, str(ctd.layout.nri_socket), "/", STATIC).start()  # no reconcile
+    try:
+        wait_for("the plugin's policy", lambda: "policy static active" in plugin.log(), plugin.log)
+        def start(name: str, spec: PodSpec, started: dict[str, str], failure: list[BaseException]) -> None:
+            try:
+                started[name] = k.start_pod(spec).sandbox_id
+            except BaseException as e:  # reported below
+                failure.append(e)
+
+        for i in range(4):
+            started: dict[str, str] = {}
+            failure: list[BaseException] = []
+            threads = [threading.Thread(target=start, args=("be", besteffort(f"pair-be-{i}"), started, failure)),
+                       threading.Thread(target=start, args=("g", guaranteed(f"pair-g-{i}"), started, failure))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert not failure, failure
+            be, g = (k.list_containers(sandbox_id=started[n])[0].id for n in ("be", "g"))
+            wait_cpuset(k, g, EXCLUSIVE, log=plugin.log)
+            wait_cpuset(k, be, RESERVED, log=plugin.log)
+            for n in ("be", "g"):
+                k.delete_pod(started[n])
+    finally:
+        plugin.stop()
+
+
 def _drift(k: Kubelet, cid: str) -> None:
     """The container's cgroup cpuset set by hand to what the policy did not give it."""
     files = cgroupfs.cgroup_files_of_pid(k.container_pid(cid))

@@ -121,3 +121,26 @@ def test_what_a_hook_without_updates_in_its_reply_frees_comes_after_its_reply(wo
         assert double.overlaps == []
 
     run(workdir, scenario)
+
+
+def test_a_reply_carrying_an_update_the_runtime_refuses_fails_no_event(workdir: Path) -> None:
+    """A shared container is being removed (kubelet's RemoveContainer: containerd marks it
+    removing, then waits for the NRI lock the plugin's CreateContainer holds) when a
+    Guaranteed container's create shrinks the shared CPUs: containerd refuses that
+    container's update, and a refused update in a reply fails the event, here the
+    Guaranteed container's creation, unless it is marked ignore_failure."""
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        await double.wait_ready()
+        await double.run_pod(pod("be", "besteffort"))
+        await double.create(container("be1", "be"))
+        await double.create(container("be2", "be"))
+        double.removing.add("be1")
+        await double.run_pod(pod("g", "guaranteed"))
+        reply = await double.create(guaranteed("g1", "g", 2))  # raised before: be1's update failed it
+        exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert len(exclusive) == 2
+        carried = {u.container_id: u for u in reply.update}
+        assert set(carried) == {"be1", "be2"} and all(u.ignore_failure for u in carried.values())
+        assert CPUSet.parse(double.cpus("be2")) == ONLINE - exclusive
+
+    run(workdir, scenario)

@@ -6,8 +6,9 @@ import pytest
 from ta_testkit import make, wl
 
 from cri_resmgr.policy.context import ConfigValueError
+from cri_resmgr.policy.pools import check_options
 from cri_resmgr.policy.registry import default_registry
-from cri_resmgr.policy.topology_aware.options import Options, parse_options
+from cri_resmgr.policy.topology_aware.options import OPTIONS, Options, parse_options
 from tests.harness.sysfs import fake_topology
 
 
@@ -58,3 +59,13 @@ def test_configuration_document_section_checked():
                          registry.names())
     with pytest.raises(ConfigError, match="policy.topology-aware.PinMemroy: unknown option"):
         build_policy(info, bad, lambda: topo)
+
+
+def test_an_unknown_option_names_the_likeliest_one_and_stays_one_short_line() -> None:
+    # topology-aware has dozens of options: the full list made the line over 500 characters.
+    with pytest.raises(ConfigValueError) as near:
+        check_options({"PinCPUU": True}, OPTIONS, "topology-aware")
+    assert str(near.value) == "policy.topology-aware.PinCPUU: unknown option (did you mean PinCPU?)"
+    with pytest.raises(ConfigValueError) as far:
+        check_options({"Zzzzzzzz": True}, OPTIONS, "topology-aware")
+    assert "known: " in str(far.value) and len(str(far.value)) < 400
