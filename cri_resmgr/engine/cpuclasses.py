@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from cri_resmgr.bounded import short
 from cri_resmgr.classes import cpuplan
@@ -55,7 +56,10 @@ class Prepared:
 
 
 def layout_of(policy: Policy | None) -> CpuClassLayout:
-    return policy.cpu_classes() if isinstance(policy, CpuClassed) else CpuClassLayout()
+    """The policy's CPU classes. `cpu_classes` is looked up, not `isinstance` of the
+    runtime-checkable protocol (~10 us: it looks every member up)."""
+    f = getattr(policy, "cpu_classes", None)
+    return cast(CpuClassed, policy).cpu_classes() if f is not None else CpuClassLayout()
 
 
 class CpuClassControl:
@@ -116,8 +120,9 @@ class CpuClassControl:
         p = self._prepared
         if p is None:
             return  # a policy restored before the first configuration is in force: it calls again
-        layout = layout_of(policy)
-        if p.host is None or policy is None or cache is None:
+        if p.host is None or policy is None or cache is None:  # every decision of a node without classes
+            if not self._applied and not self._writer.holds():
+                return
             held = set(self._applied) | set(self._writer.originals())
             if held:  # no classes (any more, or since a restart): back to what was there
                 self._write(dict.fromkeys(held))
@@ -125,6 +130,7 @@ class CpuClassControl:
                 self._assignment = {}
                 self._counted()
             return
+        layout = layout_of(policy)
         if dict(layout.classes) != p.classes:
             return  # a policy being switched in before its configuration: the controller calls again
         usage = policy.usage()
