@@ -1,6 +1,6 @@
 """How the policies' warnings read (issue 38): a count agrees with its noun (`1 exclusive CPU`),
 and a container is named with its key shortened as every other log line shows ids (12
-characters), not the runtime's 64-character id."""
+characters of the sandbox id), not the runtime's 64-character id."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from cri_resmgr.simulate.engine import simulate
 from cri_resmgr.simulate.pods import parse_pods, pod_calls
 from cri_resmgr.simulate.shape import topology_of
 
-LONG_ID = "0123456789ab" + "c" * 52  # a container id as containerd makes them: 64 characters
+SANDBOX = "0123456789ab" + "c" * 52  # a sandbox id as containerd makes them: 64 characters
+LONG_ID = f"{SANDBOX}:c:0"  # the engine's key of the pod's container c (engine/core.py)
 
 
 @pytest.mark.parametrize("make", [StaticPolicy, StaticPlusPolicy], ids=["static", "static-plus"])
@@ -29,7 +30,7 @@ def test_a_warning_says_1_exclusive_cpu_and_the_short_id(make_topology, make):
                                         cpu_request=1000))
     assert decision.warning is not None
     assert "wants 1 exclusive CPU but" in decision.warning, decision.warning
-    assert "(0123456789ab)" in decision.warning and LONG_ID not in decision.warning, decision.warning
+    assert "(0123456789ab:c:0)" in decision.warning and SANDBOX not in decision.warning, decision.warning
 
 
 def test_topology_aware_says_it_for_one_cpu():
@@ -38,3 +39,10 @@ def test_topology_aware_says_it_for_one_cpu():
     o = simulate(pod_calls(parse_pods(pods, "p.yaml")), topology_of("1s/1n/2c/1t"), Config(PolicyConfig(reserved_cpu=1)),
                  "topology-aware", default_registry())
     assert any("wants 1 exclusive CPU but no pool can give it;" in w for w in o.warnings), o.warnings
+
+
+def test_the_short_key_still_tells_a_pods_containers_apart():
+    # resmgr matches a restore's warnings to containers by it: one pod's two must not share it.
+    a, b = (Workload(key=f"{SANDBOX}:{n}:0", namespace="default", pod="p", name=n, qos=QoS.BESTEFFORT) for n in "ab")
+    assert (a.short_key, b.short_key) == ("0123456789ab:a:0", "0123456789ab:b:0")
+    assert Workload(key="g1", namespace="default", pod="p", name="c", qos=QoS.BESTEFFORT).short_key == "g1"
