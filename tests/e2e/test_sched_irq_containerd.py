@@ -139,12 +139,14 @@ def test_classes_on_every_thread_children_and_latecomers_and_an_irq_off_an_isola
         if joined is not None:
             joined.kill()
             joined.wait()
-        k.delete_all_pods()
-        relay.stop()
-        k.close()
-        if IRQ_FILE.read_text().strip() != irq_before:  # a relay that died unclean: the test's own cleanup
-            IRQ_FILE.write_text(irq_before)
-            pytest.fail(f"the relay left IRQ {IRQ} at another affinity (put back to {irq_before})")
+        try:
+            k.delete_all_pods()  # raises when the relay died: the IRQ is put back all the same
+        finally:
+            relay.stop()
+            k.close()
+            if IRQ_FILE.read_text().strip() != irq_before:  # a relay that died unclean: the test's own cleanup
+                IRQ_FILE.write_text(irq_before)
+                pytest.fail(f"the relay left IRQ {IRQ} at another affinity (put back to {irq_before})")
     # Nothing on the host stays changed: the IRQ as it was, no RT budget left up the chain.
     assert IRQ_FILE.read_text().strip() == irq_before
     assert {v for v in _rt_values(rt_root).values()} <= {"0"}, _rt_values(rt_root)
