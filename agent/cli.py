@@ -75,7 +75,7 @@ def _run(values: flags.Values) -> int:
     options = _options(values, dict(os.environ))
     if values[PROBE]:
         ready, reason = probe(options.health_address)
-        print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
+        print(flags.probe_line(ready, reason), file=sys.stdout if ready else sys.stderr)
         return 0 if ready else 1
     logging.basicConfig(level="DEBUG" if values[LOGGER_DEBUG] else values[LOG_LEVEL].upper())
     for handler in logging.getLogger().handlers:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Generic, TypeVar, cast
 
 __all__ = ["Command", "CommandError", "Flag", "HelpRequested", "UsageError", "Values", "VersionRequested", "choice",
-           "integer", "number", "option", "repeated", "switch", "text"]
+           "integer", "number", "option", "plural", "probe_line", "repeated", "switch", "text"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT
@@ -156,10 +156,30 @@ def clipped(text: str, limit: int = 40) -> str:
 
 
 def _check_range(text: str, value: float, low: float | None, high: float | None) -> None:
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{low}-{high}" if low is not None and high is not None else \
-            f">= {low}" if low is not None else f"<= {high}"
-        raise ValueError(f"{clipped(text)} is not in the range {bounds}")
+    if low is not None and high is not None and not low <= value <= high:
+        raise ValueError(f"{clipped(text)} is not in the range {_bound(low)}-{_bound(high)}")
+    if low is not None and value < low:
+        raise ValueError(f"{clipped(text)} is less than {_bound(low)}, the least it may be")
+    if high is not None and value > high:
+        raise ValueError(f"{clipped(text)} is more than {_bound(high)}, the most it may be")
+
+
+def _bound(value: float) -> str:
+    """A bound as typed: 0, 100000, 0.001 (never 1e+06)."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 package`, `2 packages`: a count in a message, its noun agreeing (`many`: an
+    irregular plural)."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+def probe_line(ready: bool, reason: str) -> str:
+    """What -probe prints: `ready`, or `ready: WHY` when the answer says more, `not ready: WHY`."""
+    if ready:
+        return "ready" if reason in ("", "ready") else f"ready: {reason}"
+    return f"not ready: {reason}"
 
 
 class Values:

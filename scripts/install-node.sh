@@ -135,7 +135,7 @@ install_unit() {  # $1: the unit's name; replaced on every install (customize wi
     say "kept $dst: not installed by this script"
     return
   fi
-  sed -e "s#/usr/local/bin/#$BINDIR/#g" -e "s#/etc/cri-resmgr/#$SYSCONFDIR/cri-resmgr/#g" \
+  sed -e "s#/usr/local/bin/#$BINDIR/#g" -e "s#/opt/cri-resmgr/#$PREFIX/#g" -e "s#/etc/cri-resmgr/#$SYSCONFDIR/cri-resmgr/#g" \
       -e "s#/etc/default/#$SYSCONFDIR/default/#g" "$here/node/$name.service" > "$ROOT$dst.tmp"
   chmod 0644 "$ROOT$dst.tmp"
   mv -f "$ROOT$dst.tmp" "$ROOT$dst"
@@ -198,6 +198,10 @@ install_venv() {
   "$PYTHON" -m venv "$ROOT$PREFIX/$venv"
   record tree "$PREFIX/$venv"
   "$ROOT$PREFIX/$venv/bin/pip" install --disable-pip-version-check --no-input -q "$spec"
+  # The docs of this checkout, which the units' Documentation= names (inside the venv: they
+  # go with it).
+  mkdir -p "$ROOT$PREFIX/$venv/share/doc/cri-resmgr"
+  cp -R "$here/../README.md" "$here/../docs" "$ROOT$PREFIX/$venv/share/doc/cri-resmgr/"
   # uvloop makes the relay cheaper per call (docs/benchmarks.md) but is optional: a
   # platform with no wheel and no compiler runs on asyncio, and says so.
   "$ROOT$PREFIX/$venv/bin/pip" install --disable-pip-version-check --no-input -q "uvloop>=0.19" ||

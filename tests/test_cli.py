@@ -103,7 +103,7 @@ def test_unknown_flag_in_option_file_names_the_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-runtime-wait-timeout", "-1"], "invalid value for -runtime-wait-timeout: -1 is not in the range >= 0"),
+    (["-runtime-wait-timeout", "-1"], "invalid value for -runtime-wait-timeout: -1 is less than 0, the least it may be"),
     (["-reconcile-period", "-5"], "invalid value for -reconcile-period"),
     (["-dump-max-size", "0"], "invalid value for -dump-max-size"),
     (["-logger-debug", "policy,nosuch"], "unknown log source nosuch"),

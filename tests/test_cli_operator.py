@@ -101,7 +101,7 @@ def test_probe_asks_where_status_does_and_says_one_plain_line() -> None:
     finally:
         server.shutdown()
         server.server_close()
-    assert (done.returncode, done.stdout, done.stderr) == (0, "ready: ready\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ready\n", "")
 
 
 def _free_port() -> int:

@@ -119,6 +119,10 @@ class CpuFreqWriter:
                 self._note(f"cpu class: wrote {value!r} to {self._files.show(path)}")
         return failures
 
+    def holds(self) -> bool:
+        """Whether any file is held (cheap: asked on every decision of a node without classes)."""
+        return bool(self._original)
+
     def originals(self) -> dict[str, str]:
         """What each file we hold held before our first write (to keep across a restart)."""
         return dict(self._original)

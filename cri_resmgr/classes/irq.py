@@ -3,7 +3,9 @@ dry-run): `proc/interrupts` for the IRQs and their descriptions, and
 `proc/irq/N/smp_affinity_list` of the IRQs a configuration makes controllable, never of
 another. Each controllable IRQ's affinity is read once, when it first becomes
 controllable (what `restore` puts back); after that this process knows what it wrote, so a
-plan costs only the writes of the IRQs that change."""
+plan costs only the writes of the IRQs that change. What an earlier run kept of the
+originals (`adopt`: a run killed before its shutdown) is taken instead of the file's
+value, which is that run's write, and given back to the IRQs no longer controllable."""
 
 from __future__ import annotations
 
@@ -46,6 +48,20 @@ class IrqWriter:
         self._irqs: dict[int, Irq] = {}  # the controllable IRQs
         self._current: dict[int, CPUSet] = {}  # what each holds, as far as we know
         self._unwritable: set[int] = set()
+        self._adopted: dict[int, CPUSet] = {}  # an earlier run's originals, not yet taken or given back
+
+    def adopt(self, originals: Mapping[int, CPUSet]) -> None:
+        """What a previous run read first (it may not have given them back)."""
+        self._adopted.update({n: cpus for n, cpus in originals.items() if n not in self._irqs})
+
+    @property
+    def adopted(self) -> dict[int, CPUSet]:
+        """An earlier run's IRQs waiting to be taken or given back, with what they had."""
+        return dict(self._adopted)
+
+    def originals(self) -> dict[int, CPUSet]:
+        """What each IRQ held before this run or an earlier one wrote it (to keep across a crash)."""
+        return {**self._adopted, **{n: irq.original for n, irq in self._irqs.items()}}
 
     @property
     def irqs(self) -> Mapping[int, Irq]:
@@ -65,16 +81,39 @@ class IrqWriter:
         for n, description in chosen.items():
             if n in self._irqs:
                 continue
-            raw = self._files.read(f"proc/irq/{n}/smp_affinity_list")
-            if raw is None:
+            cpus = self._read(n)
+            if cpus is None:
                 continue  # listed, but no affinity to set (per-CPU IRQs)
-            try:
-                cpus = CPUSet.parse(raw.strip())
-            except ValueError:
-                continue
-            self._irqs[n] = Irq(n, description, cpus)
+            self._irqs[n] = Irq(n, description, self._adopted.pop(n, cpus))
             self._current[n] = cpus
+        self._give_back_adopted(chosen)
         return dropped
+
+    def _read(self, n: int) -> CPUSet | None:
+        raw = self._files.read(f"proc/irq/{n}/smp_affinity_list")
+        try:
+            return CPUSet.parse(raw.strip()) if raw is not None else None
+        except ValueError:
+            return None
+
+    def _give_back_adopted(self, chosen: Mapping[int, str]) -> None:
+        """An earlier run's IRQs that are not controllable now get what they had before it;
+        one that is gone (or never takes it) is forgotten."""
+        for n in [n for n in self._adopted if n not in chosen]:
+            original = self._adopted.pop(n)
+            now = self._read(n)
+            if now is None or now == original:
+                continue
+            rel = f"proc/irq/{n}/smp_affinity_list"
+            try:
+                self._files.write(rel, str(original))
+            except OSError as e:
+                log.error("irq: IRQ %d: writing back %s, what it had before an earlier run, to %s failed: %s", n,
+                          original, self._files.show(rel), e.strerror or e)
+                continue
+            log.info("irq: IRQ %d given back %s, what it had before an earlier run", n, original)
+            if self._note is not None:
+                self._note(f"irq: wrote '{original}' to {self._files.show(rel)}")
 
     def write(self, targets: Mapping[int, CPUSet]) -> tuple[int, list[str]]:
         """Writes each target that differs from what the IRQ holds: (writes, errors)."""

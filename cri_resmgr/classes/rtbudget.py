@@ -10,12 +10,15 @@ hold; a level that has enough is left alone. The kernel has the last word: a wri
 refuses (the root's 950000 us is spoken for) is reported in one line.
 
 What was there is written back, children first, when no container that needed a level
-needs it any more and at shutdown. Paths are relative to the host root (`hostfs`)."""
+needs it any more and at shutdown. `keep` hears what is held after each change (the
+engine keeps it in the state directory), and `adopt` takes what a run killed before its
+shutdown held: written back as soon as no container needs it. Paths are relative to the
+host root (`hostfs`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cri_resmgr.classes.hostfs import HostFiles
@@ -38,10 +41,24 @@ class _Held:
 class RtBudget:
     """One per controller. `note` hears each write, for the dump."""
 
-    def __init__(self, files: HostFiles, note: Callable[[str], None] | None = None):
+    def __init__(self, files: HostFiles, note: Callable[[str], None] | None = None,
+                 keep: Callable[[Mapping[str, int]], None] | None = None):
         self._files = files
         self._note = note
+        self._keep = keep
         self._held = _Held()
+
+    def adopt(self, originals: Mapping[str, int]) -> None:
+        """What an earlier run wrote and did not put back: put back by the next `retry`
+        that finds no container needing it."""
+        for d, value in originals.items():
+            if d.startswith(CPU_ROOT + "/") and ".." not in d.split("/") and d not in self._held.originals:
+                self._held.originals[d] = value
+                self._held.pending.add(d)
+
+    def _kept(self, before: Mapping[str, int]) -> None:
+        if self._keep is not None and self._held.originals != before:
+            self._keep(dict(self._held.originals))
 
     def available(self) -> bool:
         """Whether this kernel schedules RT by group (the hierarchy's root has the file)."""
@@ -72,6 +89,13 @@ class RtBudget:
         if excess > 0 and want - excess > own:
             want -= excess  # less than FRACTION, but a budget
             needed = self._needed(chain, others, want)
+        before = dict(self._held.originals)
+        try:
+            return self._write_chain(chain, needed)
+        finally:
+            self._kept(before)
+
+    def _write_chain(self, chain: tuple[str, ...], needed: Mapping[str, int]) -> str | None:
         for d in chain:  # parents first: a child never holds more than its parent
             have = self._value(d) or 0
             if have >= needed[d]:
@@ -110,6 +134,13 @@ class RtBudget:
     def retry(self, last: bool = False) -> None:
         """Puts back what no container needs any more, deepest first; `last` (shutdown):
         what the kernel still refuses is said."""
+        before = dict(self._held.originals)
+        try:
+            self._retry(last)
+        finally:
+            self._kept(before)
+
+    def _retry(self, last: bool) -> None:
         kept = {d for c in self._held.chains.values() for d in c}
         for d in sorted(self._held.pending, key=lambda d: (-d.count("/"), d)):
             if d in kept:

@@ -25,6 +25,7 @@ applied (`classes/rdtplan.py`), before anything in force changes.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -368,7 +369,9 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for k in data:
         if k not in allowed:
-            raise ClassConfigError(f"{where}{_short(str(k))}: unknown key (known: {', '.join(allowed)})")
+            near = difflib.get_close_matches(str(k), allowed, n=1) if len(str(k)) <= 100 else []
+            guess = f"did you mean {near[0]}? " if near else ""
+            raise ClassConfigError(f"{where}{_short(str(k))}: unknown key ({guess}known: {', '.join(allowed)})")
 
 
 def _name(name: Any, where: str) -> None:

@@ -7,6 +7,7 @@ the key, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -150,7 +151,10 @@ def _keys(data: Mapping[str, Any], allowed: Iterable[str], source: str, where: s
     allowed = tuple(allowed)
     for k in data:
         if k not in allowed:
-            raise ConfigError(f"{source}: {where}{clip(str(k), 30)}: unknown key (known: {', '.join(allowed)})")
+            # A misspelling gets a guess, as a misspelled flag does; the list stays after it.
+            near = difflib.get_close_matches(str(k), allowed, n=1) if len(str(k)) <= 100 else []
+            guess = f"did you mean {near[0]}? " if near else ""
+            raise ConfigError(f"{source}: {where}{clip(str(k), 30)}: unknown key ({guess}known: {', '.join(allowed)})")
 
 
 def _bool(value: Any, source: str, where: str) -> bool:

@@ -66,6 +66,9 @@ class Dumper:
         self._owns_out = file is not None
         self._file = DumpFile(file, max_size) if file is not None else None
         out = self._file if self._file is not None else (stream if stream is not None else sys.stderr)
+        # A note is a line the relay logs too (dry-run's "would set"): in a dump that goes to
+        # stderr beside the log, it would show twice.
+        self._notes = out is not sys.stderr
         self._writer = Writer(out, FORMATS[fmt](redact=redact), methods if methods is not None else MethodTable())
         self._thread = threading.Thread(target=self._run, name="cri-dump-writer", daemon=True)
         self._thread.start()
@@ -110,8 +113,10 @@ class Dumper:
             self._put((REP, path, call_id, data, time.time(), level, latency, code_name, details))
 
     def note(self, text: str) -> None:
-        """A free-form line (e.g. a dry-run policy decision), dumped whatever the rules."""
-        self._put((NOTE, text, time.time()))
+        """A free-form line (e.g. a dry-run policy decision), dumped whatever the rules, unless
+        the dump shares stderr with the log, which has the line already."""
+        if self._notes:
+            self._put((NOTE, text, time.time()))
 
     def _put(self, item: Item) -> None:
         # qsize() is exact enough: only this side adds, so the bound can only be

@@ -52,7 +52,7 @@ async def adopt(runtime: RuntimePort, cache: Cache, reserved_namespaces: tuple[s
     if not complete:
         log.info("the runtime's listing is partial: %d saved containers kept as saved until the runtime "
                  "names them", sum(1 for r in cache if r.id not in seen))
-    log.info("discovered %d pod%s; containers: %d known from the saved state, %d adopted (new to the relay), "
+    log.info("discovered %d pod%s; containers: %d known from the saved state, %d adopted (not in the saved state), "
              "%d gone since the last run", counts["pods"], "" if counts["pods"] == 1 else "s", kept, added,
              len(vanished))
     return counts

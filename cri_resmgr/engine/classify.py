@@ -205,9 +205,9 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
              labels: Mapping[str, str] | None = None, pod_resources: Requirements | None = None) -> Workload:
     """Builds the policy's view of a container. Bad annotations are logged and ignored:
     they never fail the request. `pod_resources`: the pod-level resources of its
-    sandbox (KEP-2837), if any: a container with no requests of its own in such a pod
-    takes the pod's QoS class (it is not BestEffort) and runs on shared CPUs, since
-    how the pod's budget splits among its containers is not known."""
+    sandbox (KEP-2837), if any: they give its QoS class when the cgroup parent does not
+    (every container of the pod has the pod's class); what share of the pod's budget
+    a container without requests of its own takes is engine/podsize.py's."""
     where = f"{namespace}/{pod}:{container}"
     reqs = cri_resources
     try:
@@ -218,8 +218,10 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
         log.warning("%s: ignoring annotation %s: %s", where, RESOURCES_ANNOTATION, e)
     qos = qos_from_cgroup_parent(cgroup_parent)
     if qos is None:
-        own = qos_from_requirements(reqs)
-        qos = qos_from_requirements(pod_resources) if own is QoS.BESTEFFORT and pod_resources is not None else own
+        # A pod with pod-level resources has the class they give it, whatever its containers
+        # have (KEP-2837; kubelet gives a container without limits the pod's, so a container
+        # of a Guaranteed pod may well look Burstable on its own).
+        qos = qos_from_requirements(pod_resources if pod_resources is not None else reqs)
     if qos is QoS.GUARANTEED and reqs.source == "cri" and not reqs.memory_request and reqs.memory_limit:
         # Guaranteed means requests equal limits: the memory request the CRI does not carry is
         # the limit it does, so memory pinning and widening need no webhook for these.

@@ -33,7 +33,7 @@ from cri_resmgr.engine.classes import ClassControl, ClassesOnly, ClassStats
 from cri_resmgr.engine.core import Core
 from cri_resmgr.engine.cpuclasses import ORIGINALS_FILE, CpuClassControl, CpuClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
-from cri_resmgr.engine.nodectl import NodeControl, NodeStats, tuned
+from cri_resmgr.engine.nodectl import IRQ_ORIGINALS_FILE, RT_ORIGINALS_FILE, NodeControl, NodeStats, tuned
 from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
@@ -176,7 +176,11 @@ class Controller:
         # Scheduling classes and IRQ affinity for the policy in force (engine/nodectl.py).
         self._node = NodeControl(DryRun(files) if settings.dry_run else files,
                                  DryRunScheduler(Syscalls()) if settings.dry_run else Syscalls(), runtime,
-                                 lambda: self.topology().online, note=self._note)
+                                 lambda: self.topology().online, note=self._note,
+                                 saved=os.path.join(settings.state_dir, IRQ_ORIGINALS_FILE)
+                                 if settings.state_dir and not settings.dry_run else None,
+                                 rt_saved=os.path.join(settings.state_dir, RT_ORIGINALS_FILE)
+                                 if settings.state_dir and not settings.dry_run else None)
 
     # -- what the front end reads ----------------------------------------------------
 

@@ -10,18 +10,18 @@ lacks altogether (no cpufreq, as on these VMs) is one warning per kind.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
-from cri_resmgr.bounded import InputError, load_json, short
+from cri_resmgr.bounded import short
 from cri_resmgr.classes import cpuplan
 from cri_resmgr.classes.cpufreq import CpuFreqWriter, Failure
 from cri_resmgr.classes.hostfs import HostFiles
 from cri_resmgr.config.classes import ClassConfigError
 from cri_resmgr.config.schema import ConfigError
+from cri_resmgr.engine import originals
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.policy.api import Policy
 from cri_resmgr.policy.cpuclasses import ANNOTATION, CpuClassed, CpuClassLayout
@@ -30,8 +30,9 @@ from cri_resmgr.topology.cpuset import CPUSet
 
 log = logging.getLogger(__name__)
 
-ORIGINALS_FILE = "cpu-class-originals.json"  # in the state directory
-MAX_ORIGINALS = 4 << 20  # bytes: 1024 CPUs' files at most a few hundred kB
+ORIGINALS_FILE = "cpu-class-originals.json"  # in the state directory (engine/originals.py): what the
+# CPUs' files held before any class, so that a restart followed by a CPU leaving its class
+# (or a configuration without classes) gives the value of before the first run back
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,10 @@ class Prepared:
 
 
 def layout_of(policy: Policy | None) -> CpuClassLayout:
-    return policy.cpu_classes() if isinstance(policy, CpuClassed) else CpuClassLayout()
+    """The policy's CPU classes. `cpu_classes` is looked up, not `isinstance` of the
+    runtime-checkable protocol (~10 us: it looks every member up)."""
+    f = getattr(policy, "cpu_classes", None)
+    return cast(CpuClassed, policy).cpu_classes() if f is not None else CpuClassLayout()
 
 
 class CpuClassControl:
@@ -68,7 +72,7 @@ class CpuClassControl:
         self._writer = CpuFreqWriter(files, note)
         self._saved = saved
         if saved is not None:
-            self._writer.adopt(_load(saved))
+            self._writer.adopt(originals.load(saved, "CPU classes", "the CPUs"))
         self._prepared: Prepared | None = None  # None: no configuration applied yet
         self._fresh = True  # no decision seen yet: files held since an earlier run are looked at
         self._applied: dict[str, str] = {}  # what the files hold by our writes, by path
@@ -116,8 +120,9 @@ class CpuClassControl:
         p = self._prepared
         if p is None:
             return  # a policy restored before the first configuration is in force: it calls again
-        layout = layout_of(policy)
-        if p.host is None or policy is None or cache is None:
+        if p.host is None or policy is None or cache is None:  # every decision of a node without classes
+            if not self._applied and not self._writer.holds():
+                return
             held = set(self._applied) | set(self._writer.originals())
             if held:  # no classes (any more, or since a restart): back to what was there
                 self._write(dict.fromkeys(held))
@@ -125,6 +130,7 @@ class CpuClassControl:
                 self._assignment = {}
                 self._counted()
             return
+        layout = layout_of(policy)
         if dict(layout.classes) != p.classes:
             return  # a policy being switched in before its configuration: the controller calls again
         usage = policy.usage()
@@ -171,7 +177,7 @@ class CpuClassControl:
         before = self._writer.originals()
         failures = {f.path: f for f in self._writer.apply(changes)}
         if self._saved is not None and self._writer.originals() != before:
-            _save(self._saved, self._writer.originals())
+            originals.save(self._saved, self._writer.originals(), "CPU classes")
         for path, value in changes.items():
             f = failures.get(path)
             if f is None:
@@ -193,39 +199,3 @@ class CpuClassControl:
     def _counted(self) -> None:
         self._stats = CpuClassStats(cpus=cpuplan.by_class(self._assignment), failed=dict(self._failed),
                                     writes=self._writer.count, failures=self._failures, unknown=self._unknown)
-
-
-# What the CPUs' files held before any class, by path: kept in the state directory so that a
-# restart followed by a CPU leaving its class (or a configuration without classes) gives the
-# value of before the first run back, not the last class's.
-ORIGINALS_VERSION = 1
-
-
-def _load(path: str) -> dict[str, str]:
-    try:
-        with open(path, "rb") as f:
-            data = load_json(f.read(MAX_ORIGINALS + 1), path)
-    except FileNotFoundError:
-        return {}
-    except (OSError, InputError) as e:
-        log.warning("CPU classes: cannot read what the CPUs held before (%s); a CPU that loses its class "
-                    "keeps its last class's values", e)
-        return {}
-    files = data.get("files") if isinstance(data, dict) and data.get("version") == ORIGINALS_VERSION else None
-    if not isinstance(files, dict):
-        log.warning("CPU classes: %s is not a file of this version; ignored", path)
-        return {}
-    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str) and len(v) < 256}
-
-
-def _save(path: str, originals: Mapping[str, str]) -> None:
-    """Written whole and renamed into place: a crash leaves the old file or the new one."""
-    try:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        tmp = f"{path}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"version": ORIGINALS_VERSION, "files": dict(sorted(originals.items()))}, f)
-        os.replace(tmp, path)
-    except OSError as e:
-        log.warning("CPU classes: cannot keep what the CPUs held before in %s: %s", path, e)

@@ -13,6 +13,9 @@ the host:
 - the controllable IRQs' affinities (`classes/irqplan.py`, `classes/irq.py`) after every
   change of the allocations, only those that change; what they had comes back when
   nothing avoids their CPUs any more, when they stop being controllable, and at shutdown.
+  What they had is also kept in the state directory (`IRQ_ORIGINALS_FILE`) while any is
+  controllable: a run killed before its shutdown leaves them moved, and the next start
+  gives them back (or takes that for their original when they are still controllable).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cri_resmgr.classes import cgroups, irqplan
 from cri_resmgr.classes.hostfs import HostFiles
 from cri_resmgr.classes.irq import IrqWriter
 from cri_resmgr.classes.rtbudget import RtBudget
 from cri_resmgr.classes.sched import Scheduler, apply_all
+from cri_resmgr.engine import originals
 from cri_resmgr.engine.cache import ContainerRecord
 from cri_resmgr.engine.runtime import NotFound, RuntimeFailure, RuntimePort
 from cri_resmgr.policy.api import Policy
@@ -39,6 +43,8 @@ from cri_resmgr.topology.cpuset import CPUSet
 log = logging.getLogger(__name__)
 
 LOCATE_TIMEOUT = 2.0
+IRQ_ORIGINALS_FILE = "irq-originals.json"  # in the state directory (engine/originals.py)
+RT_ORIGINALS_FILE = "rt-budget-originals.json"  # likewise: cpu.rt_runtime_us by cgroup, before our write
 T = TypeVar("T")
 
 
@@ -62,7 +68,11 @@ class _Given:
 
 
 def tuned(policy: Policy | None) -> Tuned | None:
-    return policy if isinstance(policy, Tuned) and policy.tunes else None
+    """The policy, when its configuration has scheduling classes or controllable IRQs.
+    Asked on every decision and StartContainer: `tunes` is read, not `isinstance` of the
+    runtime-checkable protocol, which looks every member up (~35 us, several times the
+    decision itself, on a node that has none of it)."""
+    return cast(Tuned, policy) if getattr(policy, "tunes", False) is True else None
 
 
 class NodeControl:
@@ -70,15 +80,27 @@ class NodeControl:
     it), `scheduler` the thread calls (dry-run's sets nothing), `online` the CPUs."""
 
     def __init__(self, files: HostFiles, scheduler: Scheduler, runtime: RuntimePort,
-                 online: Callable[[], CPUSet], note: Callable[[str], None] | None = None):
+                 online: Callable[[], CPUSet], note: Callable[[str], None] | None = None,
+                 saved: str | None = None, rt_saved: str | None = None):
+        """`saved`: the file keeping the controllable IRQs' original affinities across a
+        crash, `rt_saved` the RT budgets' (None: kept in this process only)."""
         self._files = files
         self._scheduler = scheduler
         self._runtime = runtime
         self._online = online
         self._note = note
         self._mode = cgroups.mode(files) or ("v1" if files.exists(f"{cgroups.CGROUP_ROOT}/cpu") else None)
-        self._rt = RtBudget(files, note)
+        self._rt = RtBudget(files, note, keep=(lambda held: originals.save(
+            rt_saved, {d: str(v) for d, v in held.items()}, "RT budgets")) if rt_saved is not None else None)
+        if rt_saved is not None:
+            self._rt.adopt({d: int(v) for d, v in originals.load(rt_saved, "RT budgets", "the cgroups").items()
+                            if v.lstrip("-").isdigit()})
         self._irq = IrqWriter(files, note)
+        self._saved = saved
+        self._kept: dict[str, str] = {}  # what `saved` holds
+        if saved is not None:
+            self._kept = originals.load(saved, "IRQ affinity", "the IRQs")
+            self._irq.adopt(_irq_originals(self._kept))
         self._selection: Selection = NOTHING
         self._planned: Intent | None = None  # the intent last planned and written
         self._policy: Policy | None = None  # the policy whose IRQs are to be planned
@@ -224,7 +246,7 @@ class NodeControl:
         #746). The plan is made without I/O; only IRQs whose affinity changes are written."""
         self._policy = policy
         p = tuned(policy)
-        if not self._selection and (p is None or not p.moves_irqs):
+        if not self._selection and (p is None or not p.moves_irqs) and not self._irq.adopted:
             return  # no IRQ is or was controllable: nothing to plan (every decision passes here)
         self._dirty = True
         try:
@@ -248,24 +270,26 @@ class NodeControl:
     async def _round_async(self, run: Callable[..., Awaitable[Any]]) -> None:
         self._dirty = False
         intent, selection = self._intent()
-        if selection != self._selection:
+        if selection != self._selection or self._irq.adopted:  # an earlier run's IRQs: taken or given back
             self._selection = selection
             self._planned = None
             await run(self._irq.select, selection)
         targets = self._targets(intent)
         if targets is not None:
             self._done(intent, await run(self._irq.write, targets))
+        await run(self._keep)
 
     def _round(self, run: Callable[..., Any]) -> None:
         self._dirty = False
         intent, selection = self._intent()
-        if selection != self._selection:
+        if selection != self._selection or self._irq.adopted:  # an earlier run's IRQs: taken or given back
             self._selection = selection
             self._planned = None
             run(self._irq.select, selection)
         targets = self._targets(intent)
         if targets is not None:
             self._done(intent, run(self._irq.write, targets))
+        run(self._keep)
 
     def _intent(self) -> tuple[Intent | None, Selection]:
         p = tuned(self._policy)
@@ -301,6 +325,27 @@ class NodeControl:
         if self._task is not None and not self._task.done():
             self._dirty = False
             await self._task  # a round under way finishes: what it wrote is known
-        self._wrote(*self._irq.restore())
+        written, errors = self._irq.restore()
+        self._wrote(written, errors)
         self._planned = None
+        self._keep(self._irq.originals() if errors else self._irq.adopted)  # all given back: nothing held
         self._rt.close()
+
+    def _keep(self, held: Mapping[int, CPUSet] | None = None) -> None:
+        """The state file follows what is held (off the loop: it is a write)."""
+        if self._saved is None:
+            return
+        now = {str(n): str(cpus) for n, cpus in (self._irq.originals() if held is None else held).items()}
+        if now != self._kept:
+            originals.save(self._saved, now, "IRQ affinity")
+            self._kept = now
+
+
+def _irq_originals(kept: Mapping[str, str]) -> dict[int, CPUSet]:
+    out: dict[int, CPUSet] = {}
+    for n, cpus in kept.items():
+        try:
+            out[int(n)] = CPUSet.parse(cpus)
+        except ValueError:
+            continue
+    return out

@@ -110,6 +110,9 @@ class ResourceManager:
         self._decision_latency = Histogram()  # plain integers: read at scrape time
         self._note = note
         self._applied: dict[str, Resources] = {}  # what the runtime was last told, by key
+        # -dry-run: what "would set" last said, by key; nothing is applied, so without it every
+        # later update batch naming the container said it again.
+        self._said: dict[str, Resources] = {}
         # The message each container's `resources` dict stands for, by key, while they
         # agree: _sync changes a copy of it instead of parsing and re-encoding the dict.
         self._linux: dict[str, pb.LinuxContainerResources] = {}
@@ -564,6 +567,7 @@ class ResourceManager:
         if self._node is not None and c.id:
             self._node.forget(c.id)  # its RT budget, if it had one
         self._applied.pop(c.key, None)
+        self._said.pop(c.key, None)
         self._linux.pop(c.key, None)
         had = self._policy.resources(c.key)
         if had is not None:
@@ -645,6 +649,9 @@ class ResourceManager:
         log.warning("%s placed without what it asked for: %s", w, warning)
 
     def _would(self, w: Workload, r: Resources) -> None:
+        if self._said.get(w.key) == r:
+            return
+        self._said[w.key] = r
         where = describe.placement(self._policy.assignment(w.key), r)
         text = f"dry-run: would set {w}: cpuset {r.cpuset_cpus} mems {r.cpuset_mems or '-'} ({where})"
         log.info("%s", text)
@@ -826,14 +833,19 @@ class ResourceManager:
             items.append((c.workload, a))
         decision = self._policy.restore(items, live=live)
         for w, was in items:
-            # The policy's warnings name each container with its key in parentheses.
-            if decision.warning and f"({w.key})" in decision.warning:
-                self._denied(w, "not enough free CPUs when its allocation was restored")
+            # "restored": as saved; "adopted": found running with nothing saved for it (new to the
+            # relay or plugin); "re-placed": a live reconfiguration (a policy switch) placed it anew.
+            verb = "re-placed" if live else "restored" if was is not None else "adopted"
+            # The policy's warnings name each container with its short key in parentheses.
+            if decision.warning and f"({w.short_key})" in decision.warning:
+                self._denied(w, "not enough free CPUs " + (
+                    "when the new configuration placed it" if live else
+                    "to restore its saved allocation" if was is not None else "when it was adopted"))
             r = self._policy.resources(w.key)
-            if r is not None:  # "adopted": found running with nothing saved for it (new to the relay)
-                log.info("%s %s: %s", "restored" if was is not None else "adopted", w,
-                         describe.Placement(self._policy.assignment(w.key), r))
+            if r is not None:
+                log.info("%s %s: %s", verb, w, describe.Placement(self._policy.assignment(w.key), r))
         self._applied.clear()
+        self._said.clear()
         self._sync(set(decision.others), "restoring the allocations")
         self.save_now()  # before serving: the file on disk matches what is in force
         self._rearm()
@@ -883,8 +895,8 @@ def _narrowed_line(c: ContainerRecord, got: realcpuset.RealCpuset, target: Resou
                 "them (CPUs offline)")
     return (f"{c.workload} ({c.id[:12]}) runs on CPUs {got.enforced} only, not the policy's {target.cpuset_cpus}: "
             f"its cgroup holds {got.cpus} but the kernel narrows it to what cgroup {where} allows (its effective "
-            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus (or empty "
-            "it) to put it right")
+            "cpuset); the relay does not write cgroups it does not own: widen that cgroup's cpuset.cpus to put it "
+            "right")
 
 
 def _matches(real: realcpuset.RealCpuset, target: Resources) -> bool:

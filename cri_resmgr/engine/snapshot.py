@@ -52,6 +52,13 @@ class ContainerState:
     # reconcile reads it: realcpuset.py), and that cgroup; None: not so, or not known.
     effective_cpus: CPUSet | None = None
     narrowed_by: str | None = None
+    # Exclusive CPUs the policy gives it when it can (its exclusive_wanted); holding fewer
+    # is a request not met (the policy's warning said so when it decided).
+    exclusive_wanted: int = 0
+
+    @property
+    def unmet(self) -> bool:
+        return self.pool is not None and len(self.exclusive) < self.exclusive_wanted
 
     def to_document(self) -> dict[str, Any]:
         return {"id": self.id, "namespace": self.namespace, "pod": self.pod, "name": self.name,
@@ -63,7 +70,8 @@ class ContainerState:
                 "blockio_class": self.blockio_class, "rdt_class": self.rdt_class, "managed": self.managed,
                 "sched_class": self.sched_class,
                 "effective_cpus": None if self.effective_cpus is None else str(self.effective_cpus),
-                "narrowed_by": self.narrowed_by}
+                "narrowed_by": self.narrowed_by, "exclusive_wanted": self.exclusive_wanted,
+                "request_unmet": self.unmet}
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,7 @@ class EngineState:
                 "pools": {name: str(cpus) for name, cpus in self.pools},
                 "pool_table": [_pool_row(p) for p in self.pool_usage],
                 "containers": [c.to_document() for c in self.containers],
+                "unmet_requests": sum(c.unmet for c in self.containers),
                 "cpu_classes": {name: str(cpus) for name, cpus in self.cpu_classes},
                 "cpu_class_failures": [{"path": p, "value": v, "error": e} for p, v, e in self.cpu_class_failures],
                 "blockio_refused": [r.to_document() for r in self.blockio_refused],
@@ -190,6 +199,7 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
     usage = policy.usage() if policy is not None else None
     pools: Mapping[str, CPUSet] = usage.pool_cpus() if usage is not None else {}
     containers = []
+    wanted = getattr(policy, "exclusive_wanted", None)  # the pool policies and balloons say
     for c in cache or ():
         w = c.workload
         assignment = policy.assignment(c.key) if policy is not None and not c.released else None
@@ -205,7 +215,8 @@ def take(policy_name: str, policy: Policy | None, cache: Cache | None, topology:
             exclusive=exclusive, shared=cpus - exclusive,
             mems=resources.cpuset_mems if resources is not None else None,
             blockio_class=blockio_class, rdt_class=rdt_class, sched_class=sched(c.key) if sched is not None else None,
-            effective_cpus=kernel[0] if kernel is not None else None, narrowed_by=kernel[1] if kernel else None))
+            effective_cpus=kernel[0] if kernel is not None else None, narrowed_by=kernel[1] if kernel else None,
+            exclusive_wanted=wanted(w) if wanted is not None and assignment is not None else 0))
     containers.sort(key=lambda s: (s.namespace, s.pod, s.name, s.id))
     return EngineState(policy=policy_name, dry_run=dry_run, config=config, topology=topology,
                        pools=tuple(sorted(pools.items())), containers=tuple(containers),

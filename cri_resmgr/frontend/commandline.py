@@ -5,7 +5,6 @@ directory, dump, metrics and logging (defined once: `-help` reads the same in `c
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -84,8 +83,10 @@ def settings(values: flags.Values, registry: Registry, front_end: Settings) -> S
         raise flags.UsageError(f"invalid value for -policy: {e}") from None
     for flag in (FORCE_CONFIG, FALLBACK_CONFIG):
         path = values[flag]
-        if path is not None and not os.access(path, os.R_OK):
-            raise flags.UsageError(f"invalid value for -{flag.name}: cannot read {path}")
+        if path is not None:
+            why = _unreadable(path)
+            if why:
+                raise flags.UsageError(f"invalid value for -{flag.name}: cannot read {path}: {why}")
     try:
         parse_specs(list(values[DUMP]))
     except ValueError as e:
@@ -129,3 +130,13 @@ def printed_or_checked(values: flags.Values, settings: Settings, registry: Regis
 def log_setup(values: flags.Values, settings: Settings) -> Callable[[bool], None]:
     """Logging as the flags say; what a configuration's `logger.Debug` turns on and off."""
     return logsetup.setup(settings.logger_debug, values[LOG_FORMAT]).set_config_debug
+
+
+def _unreadable(path: str) -> str:
+    """Why path cannot be read as a file (the errno's words: `No such file or directory`), or ''."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return ""

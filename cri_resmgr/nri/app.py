@@ -142,10 +142,14 @@ class Synchronizer:
         self._freeze_soon()
         if self._runtime.listing_complete:
             return
-        log.warning("no Synchronize from %s %s within %gs of Configure (NRI before v0.7 sends none to plugins "
-                    "the runtime launched): containers that ran before this plugin started are placed when an "
-                    "event names them", self._runtime.runtime_name or "the runtime",
-                    self._runtime.runtime_version, self._grace)
+        name, version = self._runtime.runtime_name or "the runtime", self._runtime.runtime_version
+        # containerd 1.7's NRI (before v0.7) sends none to plugins it launched; a newer runtime
+        # sends one, later than the grace on a loaded node.
+        why = "its NRI, before v0.7, sends none to plugins it launched" if _nri_before_v07(name, version) \
+            else "none yet: a loaded runtime may send it later"
+        log.warning("no Synchronize from %s %s within %gs of Configure (%s): containers that ran before this "
+                    "plugin started are placed when an event or a Synchronize names them", name, version,
+                    self._grace, why)
         deferred = self._runtime.release_deferred()
         if deferred:
             self._runtime.push(deferred, alone=True)
@@ -246,3 +250,8 @@ async def _stop_on_shutdown(shutdown: asyncio.Event, plugin: Plugin, stop: async
     await shutdown.wait()
     if handed:
         stop.set()
+
+
+def _nri_before_v07(runtime: str, version: str) -> bool:
+    """containerd 1.x: its NRI predates v0.7 (containerd 2.0 brought v0.8)."""
+    return runtime == "containerd" and version.lstrip("v").startswith("1.")

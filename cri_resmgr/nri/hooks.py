@@ -210,7 +210,7 @@ class Hooks:
                 updates = self._runtime.collected()
         if updates:
             log.info("synchronized: %d containers get new CPUs", len(updates))
-        return api.SynchronizeResponse(update=updates)
+        return api.SynchronizeResponse(update=_others(updates, ""))
 
     def sync_deadline(self, now: float) -> float:
         """Seconds left to answer a Synchronize: NRI gives all its parts one request
@@ -283,7 +283,7 @@ class Hooks:
 
         out = await self._hook("CreateContainer", lambda core: core.create(spec, created),
                                late=lambda r: _cpuset_update(c.id, r, had))
-        reply = api.CreateContainerResponse(update=[u for u in out.updates if u.container_id != c.id])
+        reply = api.CreateContainerResponse(update=_others(out.updates, c.id))
         if out.decided:
             if out.resources is not None:
                 _adjust(reply.adjust, had, out.resources)
@@ -330,7 +330,7 @@ class Hooks:
             out = await self._hook("UpdateContainerResources", lambda core: core.update(c.id, linux, _keep))
         except ResizeRefused as e:  # a resize the policy cannot meet: the runtime fails the update
             raise ttrpc.TtrpcError(ttrpc.Code.RESOURCE_EXHAUSTED, e.message) from None
-        reply = api.UpdateContainerResponse(update=[u for u in out.updates if u.container_id != c.id])
+        reply = api.UpdateContainerResponse(update=_others(out.updates, c.id))
         own = [u for u in out.updates if u.container_id == c.id]
         cpu = req.linux_resources.cpu
         keep = _cpuset_update(c.id, out.resources, cpu) if out.resources is not None else None
@@ -346,7 +346,7 @@ class Hooks:
         self._heard_of(req.pod, req.container, api.CONTAINER_STOPPED)
         self._runtime.stopped(req.container.id)
         out = await self._hook("StopContainer", lambda core: core.stopped(req.container.id))
-        return api.StopContainerResponse(update=[u for u in out.updates if u.container_id != req.container.id])
+        return api.StopContainerResponse(update=_others(out.updates, req.container.id))
 
     async def remove_container(self, req: api.RemoveContainerRequest) -> api.RemoveContainerResponse:
         # No updates in this reply: what the release changes is carried (`NriRuntime.carry`).
@@ -397,18 +397,25 @@ class Hooks:
         async with self._lock:
             self._runtime.collect()
             out = Outcome()
+            refused = False
             try:
                 out.resources = await call(core)
                 out.decided = True
                 await self._flushed()
             except ResizeRefused:
+                refused = True
                 raise  # a resize the policy cannot meet fails the update: nothing was changed
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
                 self._failed(name, e)
                 out = Outcome()
             finally:
                 updates = self._runtime.collected()
-                if not carries:
+                if refused:
+                    # The runtime's call fails, with no reply to carry what this hook took
+                    # from the outbox (Delivery.take): it goes out with UpdateContainers.
+                    self._runtime.push(updates)
+                    updates = []
+                elif not carries:
                     self._runtime.carry(updates)
                     updates = []
         out.updates = updates
@@ -475,6 +482,24 @@ def container_spec(pod: api.PodSandbox, c: api.Container) -> ContainerSpec:
     return ContainerSpec(pod=pod_record(pod, c.pod_sandbox_id), name=c.name, attempt=attempt(c),
                          resources=cri_resources(c.linux.resources), annotations=c.annotations, labels=c.labels,
                          pod_resources=pod_resources(pod))
+
+
+def _others(updates: list[api.ContainerUpdate], own: str) -> list[api.ContainerUpdate]:
+    """The updates of the containers other than `own` for a hook's reply, each marked
+    ignore_failure. containerd applies a reply's updates before it goes on with the event,
+    and one that fails without the mark fails the event itself ("NRI update of some
+    containers failed"): the CreateContainer of a container because another was being
+    removed or stopped meanwhile (its update refused: "in removing state"), or the
+    plugin's registration for a Synchronize. The failed update costs nothing then: that
+    container is going away, and the reconcile checks any other."""
+    out = []
+    for u in updates:
+        if u.container_id != own:
+            marked = api.ContainerUpdate()
+            marked.CopyFrom(u)
+            marked.ignore_failure = True
+            out.append(marked)
+    return out
 
 
 def _cpuset_update(container_id: str, r: Resources, had: api.LinuxCPU) -> api.ContainerUpdate:

@@ -82,6 +82,14 @@ class Workload:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.pod}:{self.name}"
 
+    @property
+    def short_key(self) -> str:
+        """The key as the logs show ids, 12 characters of each long one: the engine's key is
+        `SANDBOX:NAME:ATTEMPT` with the sandbox's 64-character id, shown `0123456789ab:c:0`
+        (still one container's, unlike the sandbox id alone, which its pod's containers share)."""
+        head, sep, rest = self.key.partition(":")
+        return head[:12] + sep + rest if sep else self.key[:12]
+
     def effective_annotation(self, key: str) -> str | None:
         """The value of annotation `key` for this container: `key/container.NAME`, then
         `key/pod`, then `key` (each in both forms, annotation_keys), each looked up in the

@@ -411,6 +411,11 @@ class PoolPolicy:
     def reserved(self) -> CPUSet:
         return self._reserved
 
+    def exclusive_wanted(self, workload: Workload) -> int:
+        """How many exclusive CPUs the policy gives `workload` when it can (0: none by design);
+        `cri-resmgr status` marks a container holding fewer as a request not met."""
+        return self._exclusive_wanted(workload)
+
     @property
     def shared_floor(self) -> int:
         """CPUs of its own, not reserved, the shared pool keeps whatever is asked of it: none

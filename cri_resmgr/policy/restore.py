@@ -139,5 +139,5 @@ def duplicate_keys(keys: Iterable[str]) -> list[str]:
 def lost_exclusive(workload: Workload, wanted: int, saved: Assignment, now: int) -> str | None:
     """The `lost` of a container that held all the exclusive CPUs it asks for and now has fewer."""
     if wanted and len(saved.exclusive) == wanted and now < wanted:
-        return f"{workload} ({workload.key}) holds {wanted} exclusive CPUs and could not get them again"
+        return f"{workload} ({workload.short_key}) holds {wanted} exclusive CPUs and could not get them again"
     return None

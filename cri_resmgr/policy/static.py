@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from cri_resmgr.bounded import short
+from cri_resmgr.flags import plural
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, QoS, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, parse_layout
@@ -101,7 +102,7 @@ class StaticPolicy(PoolPolicy, ExclusiveTuning):
                 self._take_from_shared(cpus, others)
                 return Decision(book.add(workload.key, Kind.EXCLUSIVE, POOL_EXCLUSIVE, cpus), others)
             warning = (
-                f"{NAME}: {workload} ({workload.key}) wants {n} exclusive CPUs but only "
+                f"{NAME}: {workload} ({workload.short_key}) wants {plural(n, 'exclusive CPU')} but only "
                 f"{min(len(free), len(book.shared) - 1)} can be given; "
                 f"running it on the {self._fallback_pool(workload)} CPUs"
             )

@@ -24,6 +24,7 @@ decision carries a warning.
 from __future__ import annotations
 
 from cri_resmgr.bounded import short
+from cri_resmgr.flags import plural
 from cri_resmgr.policy.api import Assignment, Decision, PolicyContext, Resources, Workload
 from cri_resmgr.policy.context import ConfigValueError
 from cri_resmgr.policy.cpuclasses import LAYOUT_KEYS, parse_layout
@@ -112,7 +113,7 @@ class StaticPlusPolicy(PoolPolicy, ExclusiveTuning):
                     res = book.add(workload.key, Kind.EXCLUSIVE, source, cpus)
                 return Decision(res, others)
             warning = (
-                f"{NAME}: {workload} ({workload.key}) wants {n} exclusive CPUs but only "
+                f"{NAME}: {workload} ({workload.short_key}) wants {plural(n, 'exclusive CPU')} but only "
                 f"{len(free_isolated)} isolated and {len(book.shared) - 1} shared CPUs can be given; "
                 "running it on the shared CPUs"
             )

@@ -3,6 +3,7 @@ NRI plugin (frontend/commandline.py), and the subcommands."""
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Sequence
 
@@ -80,11 +81,20 @@ SUBCOMMANDS = (
 
 
 def _help_with_subcommands() -> str:
+    """One usage line for both forms (the relay's flags, or a command), then the commands."""
     lines = COMMAND.help().splitlines()
     width = max(len(name) for name, _ in SUBCOMMANDS)
-    extra = ["", f"usage: {PROG} COMMAND [flags]   (each has -help)"] + \
+    usage = [f"{lines[0]}, or: {PROG} COMMAND [flags] (each command has -help)", ""] + \
         [f"  {name.ljust(width)}  {what}" for name, what in SUBCOMMANDS]
-    return "\n".join(lines[:1] + extra + lines[1:])
+    return "\n".join(usage + lines[1:])
+
+
+def _no_such_command(word: str) -> int:
+    """A first word that is no flag is a command: a misspelled one gets a guess, as flags do."""
+    names = [name for name, _ in SUBCOMMANDS]
+    near = difflib.get_close_matches(word, names, n=1, cutoff=0.6) if len(word) <= 100 else []
+    hint = f"did you mean {near[0]}?" if near else f"commands: {', '.join(names)}"
+    return COMMAND.report(flags.UsageError(f"no such command: {flags.clipped(word)} ({hint})"))
 
 
 def _help(args: list[str]) -> int:
@@ -117,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         from cri_resmgr.simulate import replay_command
 
         sys.exit(replay_command.main(args[1:]))
+    if args and not args[0].startswith("-"):
+        sys.exit(_no_such_command(args[0]))
     common.run(COMMAND, args, _run)
 
 
@@ -126,7 +138,7 @@ def _run(values: flags.Values) -> int:
         return 0
     if values[PROBE]:  # the same default address as `cri-resmgr status`
         ready, reason = health.probe(values[common.METRICS_ADDRESS] or status.DEFAULT_ADDRESS)
-        print(("ready: " if ready else "not ready: ") + reason, file=sys.stdout if ready else sys.stderr)
+        print(flags.probe_line(ready, reason), file=sys.stdout if ready else sys.stderr)
         return 0 if ready else 1
     image_socket = values[IMAGE_SOCKET]
     settings = common.settings(values, registry, Settings(

@@ -67,7 +67,7 @@ def _fraction(text: str) -> float:
 
 
 RESIZES = flags.option("resizes", "FRACTION", "-churn also resizes live containers in place, as kubelet forwards it, "
-                       "in this fraction of its steps (0-0.9; default 0).", 0.0, _fraction)
+                       "in this fraction of its steps (0-0.9).", 0.0, _fraction)
 OUTPUT = flags.choice("o", "Output: text for an operator, or JSON for tools.", ("text", "json"), "text")
 BRIEF = flags.switch("brief", "Text: leave out each decision and the picture; warnings (the first 20), pools, "
                      "invariants and timing only.")
@@ -168,7 +168,8 @@ def _workload(values: flags.Values, topology: Topology) -> tuple[Iterable[Call],
     if (pods_file := values[PODS]) is not None:
         found = pods.read_pods(pods_file)
         steps = sum(isinstance(item, pods.Resize) for item in found)
-        return pods.pod_calls(found), (f"{len(found) - steps} pods" + (f" and {steps} resizes" if steps else "")
+        resizes = f" and {flags.plural(steps, 'resize')}" if steps else ""
+        return pods.pod_calls(found), (flags.plural(len(found) - steps, "pod") + resizes
                                        + f" from {pods_file}")
     n, seed = values[CHURN], values[SEED]
     assert n is not None  # one of the three was given (_one_of)

@@ -78,6 +78,11 @@ class RecordingPolicy:
     def resources(self, key: str) -> Resources | None:
         return self.inner.resources(key)
 
+    def exclusive_wanted(self, workload: Workload) -> int:
+        """The inner policy's, for the /state snapshot's requests not met (0 when it has none)."""
+        wanted = getattr(self.inner, "exclusive_wanted", None)
+        return int(wanted(workload)) if wanted is not None else 0
+
     def assignments(self) -> Mapping[str, Assignment]:
         return self.inner.assignments()
 

@@ -3,8 +3,9 @@ building (no drawing library: the relay's install stays as it is). Packages are
 boxes holding NUMA node boxes holding core boxes holding one square per thread,
 coloured by who holds it: an exclusive holder, or the pool (each pool or balloon its
 own colour, named in the legend; a balloon's hidden hyperthreads in its colour, hatched).
-The node, the time and the relay's version are in the
-top right corner; the container table and the pool table are below, as text.
+The node, the time and the relay's version are on the line under the title; the
+container table (requests not met in red, and counted) and the pool table are below,
+as text. Every line of text is wrapped or summarised to the picture's width.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 from cri_resmgr.status.view import POOL_HEADERS, Cell, Cores, View
+from cri_resmgr.topology.cpuset import CPUSet
 
-HOLDER_FILLS = ("#4fc3f7", "#ba68c8", "#7986cb", "#e57373", "#81c784", "#ffb74d")
-POOL_FILLS = {"shared": "#c8e6c9", "reserved": "#fff59d", "isolated": "#f8bbd0", "idle": "#eeeeee"}
+# Exclusive holders: saturated, their names bold. Pools: light, each at least 18 CIE76 units
+# from every other (tests/status checks it), so that no two read as the same one.
+HOLDER_FILLS = ("#4fc3f7", "#ba68c8", "#7986cb", "#e57373", "#4db6ac", "#ffb74d")
+POOL_FILLS = {"shared": "#b9e3a8", "reserved": "#fff176", "isolated": "#f8bbd0", "idle": "#eeeeee"}
 # Other pools (balloons, the nodes of a pool tree) in the order the document names them.
-OTHER_FILLS = ("#b2dfdb", "#d1c4e9", "#ffccbc", "#dcedc8", "#b3e5fc", "#f0f4c3", "#ffe0b2", "#cfd8dc")
+OTHER_FILLS = ("#9fb4ff", "#ffc58f", "#7fd1d9", "#bcaaa4", "#b0b8d8", "#ff9e80", "#c9e27a", "#c7a0e8")
+UNMET_FILL = "#c62828"  # a request not met: its table row and the count
 
 THREAD_W, THREAD_H = 120, 34  # one thread's square
 PAD, TITLE = 8, 18  # inside a box: padding, and the height of its title line
@@ -46,50 +51,113 @@ def pool_fills(view: View) -> dict[str, str]:
 def render(view: View) -> str:
     body: list[str] = []
     fills = pool_fills(view)
-    y = PAD
-    body.append(_text(PAD, y + 12, f"Policy {view.policy}" + (" (dry run)" if view.dry_run else "") +
-                      f", configuration from {view.source}", bold=True))
-    y += LINE
+    # Lines of free text: each on its own line, so none is drawn over another, and the
+    # canvas as wide as the longest (estimated at CHAR a character).
+    machine = [_package(PAD, 0, pkg, nodes, fills) for pkg, nodes in view.machine]
+    tables = [_table(PAD, 0, view)[1]] + ([_columns(PAD, 0, _pool_rows(view))[1]] if view.pool_table else [])
+    width = max([400.0] + [w + 2 * PAD for w, _, _ in machine] + [w + 2 * PAD for w in tables])
+    wrap = max(MIN_WRAP, int((width - 2 * PAD) / CHAR))
+    head = [(f"Policy {view.policy}" + (" (dry run)" if view.dry_run else "") +
+             f", configuration from {view.source}", True, "")]
+    if view.stamp:  # which node, when, which build (it goes into bug reports)
+        head.append((view.stamp, False, "#455a64"))
     if view.reload:
-        body.append(_text(PAD, y + 12, view.reload))
-        y += LINE
+        head.append((view.reload, False, ""))
+    y = PAD
+    for text, bold, fill in head:
+        for line in _wrap(text, wrap):
+            body.append(_text(PAD, y + 12, line, bold=bold, fill=fill))
+            width, y = max(width, _right(PAD, line)), y + LINE
     y += PAD
-    width = 400.0
-    for pkg, nodes in view.machine:
-        w, h, inner = _package(PAD, y, pkg, nodes, fills)
-        body += inner
-        width, y = max(width, w + 2 * PAD), y + h + PAD
+    for (_, h, _), (pkg, nodes) in zip(machine, view.machine, strict=True):  # sized above, drawn at y now
+        body += _package(PAD, y, pkg, nodes, fills)[2]
+        y += h + PAD
     if not view.machine:
-        body.append(_text(PAD, y + 12, "Machine not known to the relay (no policy has discovered it)"))
-        y += LINE
+        text = "Machine not known to the relay (no policy has discovered it)"
+        body.append(_text(PAD, y + 12, text))
+        width, y = max(width, _right(PAD, text)), y + LINE
     if any(c.hidden for _, nodes in view.machine for _, cores in nodes for _, cells in cores for c in cells):
         body.insert(0, HATCH_DEF)
-    legend, lw, lh = _legend(PAD, y, view, fills)
+    legend, lw, lh = _legend(PAD, y, view, fills, max(width - 2 * PAD, MIN_WRAP * CHAR))
     body += legend
     width, y = max(width, lw + 2 * PAD), y + lh + PAD
-    pools = ", ".join(f"{name} {cpus}" for name, cpus in view.pools) or "none"
-    body.append(_text(PAD, y + 12, f"Pools: {pools}" + (f"; offline CPUs {view.offline}" if view.offline else "")))
-    y += LINE + PAD
+    for line in pools_lines(view, wrap):
+        body.append(_text(PAD, y + 12, line))
+        width, y = max(width, _right(PAD, line)), y + LINE
+    y += PAD
     table, tw, th = _table(PAD, y, view)
     body += table
     width, y = max(width, tw + 2 * PAD), y + th + PAD
+    if view.unmet:
+        for line in _wrap(view.unmet_line(), wrap):
+            body.append(_text(PAD, y + 12, line, bold=True, fill=UNMET_FILL))
+            width, y = max(width, _right(PAD, line)), y + LINE
+        y += PAD
     if view.pool_table:
-        rows = [POOL_HEADERS] + [(p.name, p.kind, p.parent, p.cpus, p.runs_on, p.mems, str(p.containers), p.requested)
-                                 for p in view.pool_table]
-        table, tw, th = _columns(PAD, y, rows)
+        table, tw, th = _columns(PAD, y, _pool_rows(view))
         body += table
         width, y = max(width, tw + 2 * PAD), y + th + PAD
-    if view.stamp:  # top right: which node, when, which build (it goes into bug reports)
-        width = max(width, len(view.stamp) * CHAR + 2 * PAD + 300)
-        body.append(f'<text x="{width - PAD:g}" y="{PAD + 12}" text-anchor="end" fill="#455a64">'
-                    f'{escape(view.stamp)}</text>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{y}" '
             f'viewBox="0 0 {width:.0f} {y}" font-family="monospace" font-size="12">\n'
             f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n")
 
 
-def _legend(x: int, y: int, view: View, fills: dict[str, str]) -> tuple[list[str], float, int]:
-    """One swatch per pool and per exclusive holder seen on the machine, with its name."""
+MIN_WRAP = 100  # characters: the narrowest a line of text is wrapped to
+
+
+def _pool_rows(view: View) -> list[Sequence[str]]:
+    rows: list[Sequence[str]] = [POOL_HEADERS]
+    rows += [(p.name, p.kind, p.parent, p.cpus, p.runs_on, p.mems, str(p.containers), p.requested)
+             for p in view.pool_table]
+    return rows
+
+
+def _right(x: float, text: str) -> float:
+    """The canvas width a line of text at `x` needs (its estimated end, and the padding)."""
+    return x + len(text) * CHAR + PAD
+
+
+def _wrap(text: str, width: int, sep: str = " ") -> list[str]:
+    """`text` in lines of at most `width` characters, broken after `sep` where it can be
+    (a word longer than a line is cut)."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split(sep):
+        piece = word if not line else line + sep + word
+        if len(piece) <= width:
+            line = piece
+            continue
+        if line:
+            lines.append(line + sep.rstrip())
+        while len(word) > width:
+            lines.append(word[:width])
+            word = word[width:]
+        line = word
+    lines.append(line)
+    return lines
+
+
+def pools_lines(view: View, width: int) -> list[str]:
+    """`Pools: ...` wrapped to `width` characters, a pool's CPUs summarised when they would
+    take more than a line (`0-3,8,12-15,... (1000 CPUs)`): the text is for a look, the
+    exact sets are in the pool table and the JSON."""
+    entries = [f"{name} {_summary(cpus, width - len(name) - 1)}" for name, cpus in view.pools] or ["none"]
+    text = "Pools: " + ", ".join(entries) + (f"; offline CPUs {view.offline}" if view.offline else "")
+    return _wrap(text, width, ", ")
+
+
+def _summary(cpus: str, room: int) -> str:
+    if len(cpus) <= room or cpus == "-":
+        return cpus
+    count = len(CPUSet.parse(cpus))
+    tail = f",... ({count} CPUs)"
+    head = cpus[:max(0, room - len(tail))]
+    return head[:head.rfind(",")] + tail if "," in head else f"({count} CPUs)"
+
+
+def _legend(x: int, y: int, view: View, fills: dict[str, str], width: float) -> tuple[list[str], float, int]:
+    """One swatch per pool and per exclusive holder seen on the machine, with its name,
+    in rows of at most `width`."""
     seen: dict[str, str] = {}
     for _, nodes in view.machine:
         for _, cores in nodes:
@@ -97,14 +165,20 @@ def _legend(x: int, y: int, view: View, fills: dict[str, str]) -> tuple[list[str
                 for c in cells:
                     seen.setdefault(c.label, _fill(c, fills))
     hidden = any(c.hidden for _, nodes in view.machine for _, cores in nodes for _, cells in cores for c in cells)
-    out, cx = [], float(x)
-    for label, fill in seen.items():
-        out += [_box(cx, y, 14, 14, fill), _text(cx + 18, y + 12, label)]
-        cx += 18 + (len(label) + 2) * CHAR
-    if hidden:  # the hatch the balloons' hidden threads wear over their colour
-        out += [_box(cx, y, 14, 14, "#ffffff"), _box(cx, y, 14, 14, "url(#hidden)"), _text(cx + 18, y + 12, HIDDEN)]
-        cx += 18 + (len(HIDDEN) + 2) * CHAR
-    return out, cx - x, (LINE if seen else 0)
+    out, cx, cy, widest = [], float(x), y, 0.0
+    items = [(label, fill) for label, fill in seen.items()] + ([(HIDDEN, "")] if hidden else [])
+    for label, fill in items:
+        step = 18 + (len(label) + 2) * CHAR
+        if cx > x and cx - x + step > width:
+            cx, cy = float(x), cy + LINE + 4
+        if fill:
+            out.append(_box(cx, cy, 14, 14, fill))
+        else:  # the hatch the balloons' hidden threads wear over their colour
+            out += [_box(cx, cy, 14, 14, "#ffffff"), _box(cx, cy, 14, 14, "url(#hidden)")]
+        out.append(_text(cx + 18, cy + 12, label))
+        cx += step
+        widest = max(widest, cx - x)
+    return out, widest, (cy - y + LINE if items else 0)
 
 
 def _package(x: int, y: int, pkg: int | None, nodes: tuple[tuple[int, Cores], ...],
@@ -143,7 +217,9 @@ def _node(x: int, y: int, node: int, cores: Cores, fills: dict[str, str]) -> tup
 def _fill(cell: Cell, fills: dict[str, str]) -> str:
     if cell.holder is not None:
         return HOLDER_FILLS[cell.holder % len(HOLDER_FILLS)]
-    return fills.get(cell.label, fills.get(cell.label.split("/")[0], "#ffffff"))
+    # A CPU in several pools (static's shared/reserved) wears the narrower one's colour, so
+    # that the legend's two entries do not look like one pool.
+    return fills.get(cell.label, fills.get(cell.label.split("/")[-1], "#ffffff"))
 
 
 def _thread(x: int, y: int, cell: Cell, fills: dict[str, str]) -> list[str]:
@@ -164,21 +240,23 @@ def _thread(x: int, y: int, cell: Cell, fills: dict[str, str]) -> list[str]:
 
 def _table(x: int, y: int, view: View) -> tuple[list[str], float, int]:
     headers = ("CONTAINER", "NAMESPACE", "POD", "NAME", "QOS", "CPU", "POOL", "EXCLUSIVE", "SHARED", "MEMS", "ID")
-    rows = [headers] + [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive, r.shared,
-                         r.mems, r.id) for r in view.containers]
+    rows = [headers] + [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive_shown,
+                         r.shared, r.mems, r.id) for r in view.containers]
     if len(rows) == 1:
         return [_text(x, y + 12, "No containers.")], 120, LINE
-    return _columns(x, y, rows)
+    return _columns(x, y, rows, {n + 1 for n, r in enumerate(view.containers) if r.unmet})
 
 
-def _columns(x: int, y: int, rows: Sequence[Sequence[str]]) -> tuple[list[str], float, int]:
-    """A table as text, the first row bold."""
+def _columns(x: int, y: int, rows: Sequence[Sequence[str]],
+             marked: frozenset[int] | set[int] = frozenset()) -> tuple[list[str], float, int]:
+    """A table as text, the first row bold, the `marked` rows (requests not met) in red."""
     widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]))]
     out = []
     for n, row in enumerate(rows):
         cx = float(x)
         for value, w in zip(row, widths, strict=True):
-            out.append(_text(cx, y + 12 + n * LINE, value, bold=n == 0))
+            out.append(_text(cx, y + 12 + n * LINE, value, bold=n == 0 or n in marked,
+                             fill=UNMET_FILL if n in marked else ""))
             cx += w * CHAR
     return out, sum(widths) * CHAR, len(rows) * LINE
 
@@ -187,9 +265,10 @@ def _box(x: float, y: float, w: float, h: float, fill: str) -> str:
     return f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="3" fill="{fill}" stroke="#607d8b"/>'
 
 
-def _text(x: float, y: float, text: str, bold: bool = False) -> str:
+def _text(x: float, y: float, text: str, bold: bool = False, fill: str = "") -> str:
     weight = ' font-weight="bold"' if bold else ""
-    return f'<text x="{x:g}" y="{y}"{weight}>{escape(text)}</text>'
+    colour = f' fill="{fill}"' if fill else ""
+    return f'<text x="{x:g}" y="{y}"{weight}{colour}>{escape(text)}</text>'
 
 
 def _id(value: int | None) -> str:

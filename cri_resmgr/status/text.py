@@ -12,6 +12,7 @@ from cri_resmgr.status.view import POOL_HEADERS, Cell, PoolRow, Row, View
 # Exclusive holders cycle through these (SGR codes); pools have fixed ones.
 HOLDER_COLOURS = ("1;36", "1;35", "1;34", "1;31", "1;32", "1;33")
 POOL_COLOURS = {"shared": "32", "reserved": "33", "isolated": "35", "idle": "2"}
+UNMET_COLOUR = "1;31"  # a request not met
 
 HEADERS = ("CONTAINER", "NAMESPACE", "POD", "NAME", "QOS", "CPU", "POOL", "EXCLUSIVE", "SHARED", "MEMS", "ID")
 CLASS_HEADERS = ("BLOCKIO", "RDT")
@@ -45,6 +46,8 @@ def render(view: View, colour: bool = False) -> str:
         lines += _pool_lines(view.pool_table)
     lines.append("")
     lines += _table(view.containers, colour) if view.containers else ["No containers."]
+    if view.unmet:
+        lines += ["", _paint(view.unmet_line(), UNMET_COLOUR, colour)]
     if view.warnings:
         lines += ["", "Warnings:"] + [f"  {w}" for w in view.warnings]
     return "\n".join(lines)
@@ -52,8 +55,8 @@ def render(view: View, colour: bool = False) -> str:
 
 def _table(rows: Sequence[Row], colour: bool) -> list[str]:
     cells: list[tuple[str, ...]] = [HEADERS]
-    cells += [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive, r.shared, r.mems, r.id)
-              for r in rows]
+    cells += [(r.short, r.namespace, r.pod, r.name, r.qos, r.cpu_request, r.pool, r.exclusive_shown, r.shared, r.mems,
+               r.id) for r in rows]
     if any(r.blockio != "-" or r.rdt != "-" for r in rows):  # block I/O and RDT classes, when any is given
         cells = [(*cells[0][:-1], *CLASS_HEADERS, cells[0][-1])] + \
             [(*row[:-1], r.blockio, r.rdt, row[-1]) for row, r in zip(cells[1:], rows, strict=True)]

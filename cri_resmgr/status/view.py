@@ -61,6 +61,13 @@ class Row:
     blockio: str = "-"  # block I/O class (docs/classes.md)
     rdt: str = "-"  # RDT class
     sched: str = "-"  # scheduling class
+    wanted: int = 0  # exclusive CPUs its policy gives it when it can
+    unmet: bool = False  # it holds fewer: a request not met (the policy warned when it decided)
+
+    @property
+    def exclusive_shown(self) -> str:
+        """The EXCLUSIVE column: its CPUs, and what it wants when that is not met."""
+        return f"{self.exclusive} (wants {self.wanted})" if self.unmet else self.exclusive
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,23 @@ class View:
     cpu_class_failures: tuple[str, ...] = ()  # one line per file whose last write was refused
     warnings: tuple[str, ...] = ()  # what the kernel refuses or narrows of what was decided, one line each
 
+    @property
+    def unmet(self) -> tuple[Row, ...]:
+        """The containers holding fewer exclusive CPUs than their policy gives when it can."""
+        return tuple(r for r in self.containers if r.unmet)
+
+    def unmet_line(self, names: int = 8) -> str:
+        """`Requests not met: 2 containers hold fewer exclusive CPUs than they ask for: g:c (- of 1), ...`."""
+        rows = self.unmet
+        if not rows:
+            return ""
+        held = [f"{r.short} ({len(CPUSet.parse(r.exclusive)) if r.exclusive != '-' else 0} of {r.wanted})"
+                for r in rows[:names]]
+        more = f", and {len(rows) - names} more" if len(rows) > names else ""
+        verb = "container holds" if len(rows) == 1 else "containers hold"
+        return (f"Requests not met: {len(rows)} {verb} fewer exclusive CPUs than asked for: "
+                f"{', '.join(held)}{more}")
+
 
 def build(doc: Mapping[str, Any]) -> View:
     if doc.get("format") != "cri-resmgr-state" or doc.get("version") != 1:
@@ -129,7 +153,7 @@ def build(doc: Mapping[str, Any]) -> View:
         offline = topo["offline"]
     config = doc.get("config") or {}
     return View(policy=doc["policy"], source=config.get("source", "none in force"), dry_run=bool(doc["dry_run"]),
-                machine=machine, offline=offline, pools=tuple((n, str(c) or "-") for n, c in pools.items()),
+                machine=machine, offline=offline, pools=_pools_line(pools, doc.get("pool_table") or ()),
                 containers=rows, pool_table=_pool_table(doc.get("pool_table") or ()),
                 reload=_reload(doc.get("reload")), stamp=_stamp(doc), warnings=_warnings(doc),
                 cpu_classes=_cpu_classes(doc.get("cpu_classes")),
@@ -188,6 +212,19 @@ def _pool_table(table: Sequence[Mapping[str, Any]]) -> tuple[PoolRow, ...]:
                  for p in table)
 
 
+def _pools_line(pools: Mapping[str, CPUSet], table: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """The `Pools:` summary: each pool's CPUs; with a pool table (balloons, a pool tree), each
+    of its pools as its RUNS ON column gives them (a dedicated balloon's CPUs are its
+    container's own, not `-`), and no empty `reserved` beside a reserved balloon."""
+    shown = [(n, str(c) or "-") for n, c in pools.items()]
+    if not any(p.get("kind") for p in table):
+        return tuple(shown)
+    runs = {p["name"]: _runs_on(p) for p in table}
+    has_reserved = any(p.get("kind") == "reserved" for p in table)
+    return tuple((n, runs.get(n, c)) for n, c in shown
+                 if not (n == "reserved" and n not in runs and c == "-" and has_reserved))
+
+
 def _runs_on(p: Mapping[str, Any]) -> str:
     """What a pool's containers run on: its shared CPUs; a pool with no parent (a balloon)
     whose CPUs are its one container's own gives them as exclusive, lent ones as shared."""
@@ -235,7 +272,8 @@ def _row(c: Mapping[str, Any], short: str) -> Row:
                pool=c["pool"] or (NOT_MANAGED if c.get("managed") is False else "-"),
                exclusive=c["exclusive_cpus"] or "-", shared=c["shared_cpus"] or "-", mems=c["mems"] or "-",
                id=(c["id"] or "creating")[:12], blockio=c.get("blockio_class") or "-",
-               rdt=c.get("rdt_class") or "-", sched=c.get("sched_class") or "-")
+               rdt=c.get("rdt_class") or "-", sched=c.get("sched_class") or "-",
+               wanted=int(c.get("exclusive_wanted") or 0), unmet=bool(c.get("request_unmet")))
 
 
 def _milli(value: int) -> str:

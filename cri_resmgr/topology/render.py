@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from cri_resmgr.flags import plural
 from cri_resmgr.topology.cpuset import CPUSet
 
 from .model import UNKNOWN, CPUInfo, NumaNode, Topology
@@ -58,8 +59,8 @@ def render_text(topo: Topology) -> str:
 
 
 def _machine_line(topo: Topology) -> str:
-    parts = [f"{len(topo.online)} online CPUs ({topo.online})", f"{len(topo.cores())} cores",
-             f"{len(topo.package_ids())} packages", f"{len(topo.cpu_node_ids())} NUMA nodes with CPUs"]
+    parts = [f"{plural(len(topo.online), 'online CPU')} ({topo.online})", plural(len(topo.cores()), "core"),
+             plural(len(topo.package_ids()), "package"), plural(len(topo.cpu_node_ids()), "NUMA node") + " with CPUs"]
     if topo.memory_only_node_ids():
         parts.append(f"{len(topo.memory_only_node_ids())} memory-only")
     if topo.isolated:

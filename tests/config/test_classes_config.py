@@ -56,7 +56,7 @@ def test_modules_from_the_agent():
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("blockio: {Clases: {}}", "f: blockio.Clases: unknown key (known: Classes, QosClasses)"),
+    ("blockio: {Clases: {}}", "f: blockio.Clases: unknown key (did you mean Classes? known: Classes, QosClasses)"),
     ("blockio: {Classes: [a]}", "f: blockio.Classes: expected a mapping, got list"),
     ("blockio: {Classes: {a: 3}}", "f: blockio.Classes.a: expected a list of device rules, got int"),
     ("blockio: {Classes: {a: [{Devices: [vda], Weight: 100}]}}",

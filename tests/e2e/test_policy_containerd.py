@@ -303,7 +303,7 @@ def test_metrics_endpoint(containerd, cgroup_root, workdir):
         assert e.value.code == 404
         probe = subprocess.run([*relay.command()[:3], "-probe", "-metrics-address", f":{port}"],
                                capture_output=True, text=True, timeout=30)
-        assert probe.returncode == 0 and probe.stdout.strip() == "ready: ready", probe
+        assert probe.returncode == 0 and probe.stdout.strip() == "ready", probe
     finally:
         relay.stop()
     probe = subprocess.run([*relay.command()[:3], "-probe", "-metrics-address", f"127.0.0.1:{port}"],

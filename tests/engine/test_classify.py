@@ -97,3 +97,22 @@ def test_pod_level_resources_make_a_container_without_its_own_not_besteffort():
     # The cgroup parent kubelet chose wins whenever it says something.
     assert classify.workload(**{**common, "cgroup_parent": "/kubepods/burstable/podx"}, pod_resources=pod).qos \
         is QoS.BURSTABLE
+
+
+def test_pod_level_resources_give_the_pods_qos_class_to_each_container_as_kubelet_sends_them():
+    # kubelet (getCPULimit, getMemoryLimit) gives a container without a limit of its own the
+    # pod's limits in its CRI resources; the pod's QoS class comes from its pod-level
+    # resources alone (KEP-2837 "QoS Changes"), whatever its containers have.
+    from cri_resmgr._proto import runtime_v1_pb2 as pb
+
+    pod = classify.pod_level(pb.LinuxPodSandboxConfig(resources=pb.LinuxContainerResources(
+        cpu_shares=2048, cpu_quota=200000, cpu_period=100000, memory_limit_in_bytes=1 << 30)))
+    common = dict(key="k", namespace="ns", pod="p", container="c", cgroup_parent="", pod_annotations={},
+                  container_annotations={}, pod_resources=pod)
+    none_of_its_own = classify.requirements_from_cri(2, 200000, 100000, 1 << 30)
+    assert classify.workload(**common, cri_resources=none_of_its_own).qos is QoS.GUARANTEED  # was BURSTABLE
+    a_request_of_its_own = classify.requirements_from_cri(512, 200000, 100000, 1 << 30)
+    assert classify.workload(**common, cri_resources=a_request_of_its_own).qos is QoS.GUARANTEED
+    requests_only = classify.pod_requirements(2048, 0, 100000, 0)
+    assert classify.workload(**{**common, "pod_resources": requests_only}, cri_resources=none_of_its_own).qos \
+        is QoS.BURSTABLE

@@ -293,10 +293,11 @@ def test_the_kept_originals_are_the_owners_alone_and_a_bad_file_is_a_warning(tmp
     CpuClassControl(cpufreq.KernelLike(str(tmp_path)), saved=str(saved))
     assert [r.getMessage() for r in caplog.records if "cannot read what the CPUs held" in r.getMessage()]
     # Written whole, renamed into place, for the owner only.
-    from cri_resmgr.engine import cpuclasses
-    cpuclasses._save(str(saved), {"sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "3500000"})
+    from cri_resmgr.engine import originals
+    originals.save(str(saved), {"sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "3500000"}, "CPU classes")
     assert (saved.stat().st_mode & 0o777) == 0o600
-    assert cpuclasses._load(str(saved)) == {"sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "3500000"}
+    assert originals.load(str(saved), "CPU classes", "the CPUs") == {
+        "sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "3500000"}
 
 
 def test_a_class_changed_by_a_new_configuration_is_written_to_its_cpus(node_factory):

@@ -36,7 +36,8 @@ STATIC = "policy: {Active: static, ReservedResources: {CPU: 2}}\n"
 
 class Engine:
     def __init__(self, shape: dict, config: str, registry: Registry | None = None, create_delay: float = 0.0,
-                 cgroups=None, transport: str = "grpc"):
+                 cgroups=None, transport: str = "grpc", dry_run: bool = False):
+        self.dry_run = dry_run  # -dry-run: decide and log, set nothing
         self.cgroups = cgroups  # the controller's real-cpuset reader (None: the default)
         self.transport = transport  # the relay's: "grpc" or "h2" (the frame relay)
         self.dir = Path(tempfile.mkdtemp(prefix="crirm-eng-", dir="/tmp"))
@@ -50,7 +51,8 @@ class Engine:
         self.kubelet = Kubelet("unix://" + self.relay_sock, cgroup_root="/crirm-fake-nonexistent/kubepods")
 
     def start_relay(self, config: str) -> None:
-        settings = EngineSettings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"))
+        settings = EngineSettings(state_dir=str(self.dir / "state"), host_root=str(self.dir / "host"),
+                                  dry_run=self.dry_run)
 
         async def start():
             up = Upstream(self.fake.socket_path)

@@ -7,6 +7,7 @@ tmp root whose cpuset files behave as the kernel's (tests/harness/cgroupfs.py)."
 
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 
@@ -54,6 +55,7 @@ def test_a_pod_cgroup_narrowed_by_hand_is_said_once_and_shown(node, caplog):
     (proc / "100").mkdir()
     (proc / "100" / "cgroup").write_text(f"0::/{POD}/{cid}\n")
     cgroupfs.v2_cgroup(root, f"{POD}/{cid}", cpus=want)  # what runc wrote
+    (root / "sys/fs/cgroup" / POD / cid / "cgroup.procs").write_text("100\n")
     caplog.set_level(logging.INFO, logger="cri_resmgr")
     assert e.loop.run(e.ctl.reconcile())["resent"] == 0
     assert _warnings(caplog) == []
@@ -71,15 +73,19 @@ def test_a_pod_cgroup_narrowed_by_hand_is_said_once_and_shown(node, caplog):
     assert _warnings(caplog) == [
         f"default/s:c ({cid[:12]}) runs on CPUs 2 only, not the policy's {want}: its cgroup holds {want} but the "
         f"kernel narrows it to what cgroup /{POD} allows (its effective cpuset); the relay does not write cgroups "
-        "it does not own: widen that cgroup's cpuset.cpus (or empty it) to put it right"]
+        "it does not own: widen that cgroup's cpuset.cpus to put it right"]
     doc = e.ctl.state().to_document()
     (c,) = doc["containers"]
     assert (c["cpus"], c["effective_cpus"], c["narrowed_by"]) == (want, "2", f"/{POD}")
     assert command.render(doc, "text").splitlines()[-2:] == [
         "Warnings:", f"  default/s:c runs on CPUs 2 only, not {want}: cgroup /{POD} narrows it"]
 
-    # Widened again (emptied: the parent's set): said, and gone from /state.
-    cgroupfs.write_like_kernel(root, pod_dir / "cpuset.cpus", "")
+    # Emptying it is refused while it has tasks (ENOSPC, as the kernel does); widened again: said,
+    # and gone from /state.
+    with pytest.raises(OSError) as refused:
+        cgroupfs.write_like_kernel(root, pod_dir / "cpuset.cpus", "\n")
+    assert refused.value.errno == errno.ENOSPC
+    cgroupfs.write_like_kernel(root, pod_dir / "cpuset.cpus", "0-3")
     e.loop.run(e.ctl.reconcile())
     assert f"default/s:c ({cid[:12]}) runs on its CPUs {want} again" in caplog.text
     (c,) = e.ctl.state().to_document()["containers"]

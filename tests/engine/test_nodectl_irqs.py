@@ -90,3 +90,49 @@ def test_state_shows_the_irqs_and_status_the_sched_column(tmp_path):
          "sched_class": "realtime"}
     lines = _table([_row(c, "c")], colour=False)
     assert "SCHED" in lines[0] and "realtime" in lines[1]
+
+
+def _moved_then_killed(tmp_path, saved) -> None:
+    """A run that moves IRQs 24-27 off a Guaranteed container's CPUs and ends without its
+    shutdown (SIGKILL): nothing given back."""
+    topo = machine(cores=8, threads=1)
+    node = NodeControl(HostRoot(str(tmp_path)), Syscalls(), runtime=None, online=lambda: topo.online,  # type: ignore[arg-type]
+                       saved=str(saved))
+    policy = _static(["24-27"])
+    policy.allocate(_guaranteed("g", 3))
+    node.irqs(policy)  # no event loop: done at once
+    assert len(set(affinities(tmp_path).values()) - {"0-7"}) == 1
+    assert saved.exists()
+
+
+def test_a_restart_after_a_crash_gives_the_irqs_back_without_the_list(tmp_path):
+    kernel_like_proc(tmp_path, 4, cpus=8)
+    saved = tmp_path / "state" / "irq-originals.json"
+    _moved_then_killed(tmp_path, saved)
+    topo = machine(cores=8, threads=1)
+    node = NodeControl(HostRoot(str(tmp_path)), Syscalls(), runtime=None, online=lambda: topo.online,  # type: ignore[arg-type]
+                       saved=str(saved))
+    node.irqs(_static(None))  # the next start's first decision, under a policy without the list
+    assert set(affinities(tmp_path).values()) == {"0-7"}
+    assert not saved.exists()
+
+
+def test_a_restart_after_a_crash_takes_the_first_runs_originals(tmp_path):
+    kernel_like_proc(tmp_path, 4, cpus=8)
+    saved = tmp_path / "state" / "irq-originals.json"
+    _moved_then_killed(tmp_path, saved)
+    topo = machine(cores=8, threads=1)
+    node = NodeControl(HostRoot(str(tmp_path)), Syscalls(), runtime=None, online=lambda: topo.online,  # type: ignore[arg-type]
+                       saved=str(saved))
+    policy = _static(["24-27"])  # the same list; the container is gone
+    node.irqs(policy)  # the IRQs' own CPUs are those of before the first run, not what it wrote
+    assert set(affinities(tmp_path).values()) == {"0-7"}
+    policy.allocate(_guaranteed("h", 2))
+    node.irqs(policy)
+    assert len(set(affinities(tmp_path).values()) - {"0-7"}) == 1
+
+    async def shutdown() -> None:
+        await node.close()
+    asyncio.run(shutdown())
+    assert set(affinities(tmp_path).values()) == {"0-7"}
+    assert not saved.exists()  # all given back: nothing held

@@ -135,4 +135,40 @@ def test_at_a_restart_saved_containers_are_restored_and_new_ones_adopted(engine_
     assert any(m.startswith("restored default/known:c") for m in lines), lines
     assert any(m.startswith("adopted default/newcomer:c") for m in lines), lines
     assert not any(m.startswith("restored default/newcomer:c") for m in lines), lines
-    assert any("1 known from the saved state, 1 adopted (new to the relay)" in m for m in lines), lines
+    assert any("1 known from the saved state, 1 adopted (not in the saved state)" in m for m in lines), lines
+
+
+def test_a_live_policy_switch_says_re_placed_not_adopted(engine_factory, caplog):
+    """Issue 38: a live switch logged every container "adopted" (new to the relay), though the
+    relay knew each; and a denial as "when its allocation was restored", though none was."""
+    from cri_resmgr.config.schema import parse_document
+
+    e = engine_factory(SHAPE, STATIC)
+    e.kubelet.start_pod(guaranteed("g", "2"))
+    e.kubelet.start_pod(besteffort("s"))
+    e.flush()
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    e.loop.run(e.ctl.apply(parse_document("policy: {Active: static-plus}\n", "push", e.registry.names())))
+    lines = _messages(caplog)
+    assert any(m.startswith("re-placed default/g:c") for m in lines), lines
+    assert any(m.startswith("re-placed default/s:c") for m in lines), lines
+    assert not any(m.startswith(("adopted ", "restored ")) for m in lines), lines
+    assert not any("when its allocation was restored" in m for m in _messages(caplog, logging.WARNING))
+
+
+def test_dry_run_says_would_set_once_per_container_and_cpuset(engine_factory, caplog):
+    """Issue 38: with -dry-run nothing is applied, so each later update batch naming a container
+    (another one's creation shrinking the shared pool, a reconcile) said its "would set" again."""
+    e = engine_factory(SHAPE, STATIC, dry_run=True)
+    caplog.set_level(logging.INFO, logger="cri_resmgr")
+    e.kubelet.start_pod(besteffort("s"))
+    e.kubelet.start_pod(besteffort("t"))
+    e.kubelet.start_pod(guaranteed("g", "2"))
+    e.flush()
+    e.loop.run(e.ctl.reconcile())
+    said = [m for m in _messages(caplog) if m.startswith("dry-run: would set")]
+    assert len(said) == len(set(said)), said
+    # Each shared container is told once of the pool before g and once of the pool after.
+    assert sum(m.startswith("dry-run: would set default/s:c") for m in said) == 2, said
+    assert sum(m.startswith("dry-run: would set default/g:c") for m in said) == 1, said

@@ -257,6 +257,8 @@ def write_like_kernel(root: Path, path: Path, text: str) -> bool:
         line = " ".join(f"{k}={v}" for k, v in values.items())
         _set_rule(path, dev, None if all(v == "max" for v in values.values()) else line, header=False)
     elif name == "cpuset.cpus" and not v1:
+        if not text.strip() and path.read_text().strip() and _populated(path.parent):
+            raise OSError(errno.ENOSPC, "No space left on device")  # cpuset's validate_change: tasks need CPUs
         path.write_text(text.strip() + "\n")
         _effective(root / "sys/fs/cgroup")
     else:
@@ -348,6 +350,11 @@ def _set_rule(path: Path, dev: str, line: str | None, header: bool) -> None:
         rules[dev] = line.split(" ", 1)[1] if line.startswith(dev + " ") else line
     body = [f"{d} {v}" for d, v in sorted(rules.items(), key=lambda r: tuple(int(n) for n in r[0].split(":")))]
     path.write_text("".join(f"{x}\n" for x in head + body))
+
+
+def _populated(d: Path) -> bool:
+    """Whether cgroup `d` or one below it has a process (cgroup.events' "populated 1")."""
+    return any(p.read_text().strip() for p in [d / "cgroup.procs", *d.rglob("*/cgroup.procs")] if p.exists())
 
 
 def _effective(base: Path) -> None:

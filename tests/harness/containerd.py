@@ -33,7 +33,7 @@ from pathlib import Path
 
 import grpc
 
-from tests.harness import cgroupfs, images
+from tests.harness import cgroupfs, images, runtimes
 
 NAMESPACE = "k8s.io"
 _CONFIG_MARKER = "# cri-resmgr throwaway containerd"
@@ -803,6 +803,28 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+RELEASE_FILE = "release.json"  # which containerd `up --nri` started, for `restart`
+
+
+def _release(base_dir: Path, nri: bool | None) -> dict[str, object]:
+    """The Containerd arguments of the release under base_dir: with `nri` (up --nri) the cached
+    newer one; None (restart): the one `up` wrote down (RELEASE_FILE), else the system's."""
+    path = base_dir / RELEASE_FILE
+    if nri is None:
+        try:
+            nri = bool(json.loads(path.read_text()).get("nri"))
+        except (OSError, ValueError):
+            nri = False
+    if not nri:
+        return {}
+    version = runtimes.CONTAINERD_2
+    why = runtimes.missing_reason(version)
+    if why:
+        raise ContainerdError(f"--nri: {why}")
+    return {"bin_dir": runtimes.containerd_bin_dir(version), "major": runtimes.major(version), "nri": True,
+            "version": version}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run a throwaway containerd under one directory.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -811,6 +833,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--cgroup-root", action="append", default=[], help="cgroup path this instance owns (repeatable)")
     up.add_argument("--snapshotter", default=None, help="default: overlayfs if it mounts here, else native")
     up.add_argument("--timeout", type=float, default=30.0)
+    up.add_argument("--nri", "-nri", action="store_true",
+                    help=f"containerd {runtimes.CONTAINERD_2} from {runtimes.CACHE} (make deps) with NRI on, its "
+                    "socket DIR/nri.sock (printed on a second line)")
     down = sub.add_parser("down", help="stop containerd under DIR and remove every trace of it")
     down.add_argument("dir", type=Path)
     restart = sub.add_parser("restart", help="restart only the daemon, keeping state and running containers")
@@ -819,15 +844,19 @@ def main(argv: list[str] | None = None) -> int:
     base_dir = args.dir.absolute()
     try:
         if args.command == "up":
-            c = Containerd(base_dir, owned_cgroup_roots=args.cgroup_root, snapshotter=args.snapshotter)
+            c = Containerd(base_dir, owned_cgroup_roots=args.cgroup_root, snapshotter=args.snapshotter,
+                           **_release(base_dir, args.nri))
             c.start(args.timeout)
             print(c.socket)
+            if args.nri:
+                (base_dir / RELEASE_FILE).write_text(json.dumps({"nri": True, "version": c.version}) + "\n")
+                print(c.layout.nri_socket)
         elif args.command == "down":
             teardown(base_dir)
         else:
             lay = Layout(base_dir)
             roots = _owned_cgroup_roots(lay, ())
-            c = Containerd(base_dir, owned_cgroup_roots=roots)
+            c = Containerd(base_dir, owned_cgroup_roots=roots, **_release(base_dir, None))
             c.stop_daemon()
             c.start()
             print(c.socket)

@@ -20,8 +20,8 @@ UNIMPLEMENTED it keeps its configured one, cgroupfs here), and it lists pods and
 containers with StreamPodSandboxes and StreamContainers (KEP-5825, the CRIListStreaming
 gate), falling back to ListPodSandbox and ListContainers for good on the first
 UNIMPLEMENTED, as kubelet does until it restarts. A stream that fails midway is an
-error, its partial list dropped. The driver keeps writing cgroupfs-form cgroup parents
-whatever driver the runtime names.
+error, its partial list dropped. The driver keeps writing cgroup parents in the form of its
+configured `cgroup_driver` (cgroupfs unless told systemd) whatever driver the runtime names.
 """
 
 from __future__ import annotations
@@ -111,7 +111,9 @@ class Kubelet:
         if cgroup_driver == "systemd" and ("/" in cgroup_root.strip("/") or "-" in cgroup_root):
             raise ValueError(f"with the systemd driver cgroup_root is a slice prefix without '/' or '-', "
                              f"got {cgroup_root!r}")
-        self.cgroup_driver = cgroup_driver
+        # The form of the cgroup parents it writes: its configured driver's (a runtime that names
+        # another in RuntimeConfig does not change it, below).
+        self.cgroup_form = cgroup_driver
         self.api_version = api_version
         self.pb, stubs = API_MODULES[api_version]
         self.cgroup_root = cgroup_root
@@ -136,7 +138,7 @@ class Kubelet:
         # Lists with Stream* (None: not tried yet, False: the runtime said UNIMPLEMENTED).
         self.streams_lists: bool | None = None if newer and api_version == "v1" else False
         # The cgroup driver and where it came from ("runtime": RuntimeConfig, "config": kubelet's own).
-        self.cgroup_driver, self.cgroup_driver_from = "cgroupfs", "config"
+        self.cgroup_driver, self.cgroup_driver_from = cgroup_driver, "config"
         if newer and api_version == "v1":
             try:
                 self._read_cgroup_driver()
@@ -206,7 +208,7 @@ class Kubelet:
             labels=labels,
             annotations=annotations,
             linux=pb.LinuxPodSandboxConfig(
-                cgroup_parent=pod_cgroup_parent(pod, self.cgroup_root, self.cgroup_driver),
+                cgroup_parent=pod_cgroup_parent(pod, self.cgroup_root, self.cgroup_form),
                 security_context=pb.LinuxSandboxSecurityContext(namespace_options=self._namespace_options(pod)),
                 resources=self.linux_resources(sandbox_resources(pod)),
                 overhead=pb.LinuxContainerResources(),
@@ -466,7 +468,7 @@ class Kubelet:
             self.remove_container(c.id)
         self.stop_pod(sandbox_id)
         self.remove_pod(sandbox_id)
-        if cgroup_parent and self.cgroup_driver == "cgroupfs":  # systemd removes an empty slice itself
+        if cgroup_parent and self.cgroup_form == "cgroupfs":  # systemd removes an empty slice itself
             for d in cgroupfs.cgroup_dirs(cgroup_parent):
                 cgroupfs.remove_cgroup_tree(d, busy_timeout=1.0)
 

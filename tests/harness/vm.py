@@ -94,6 +94,7 @@ class GuestResult:
     junit: Path | None
     qemu_rc: int | None
     timed_out: bool
+    failed_logs: tuple[Path, ...] = ()  # the logs of failed tests' front ends (tests/vm/guest/conftest.py)
 
     def failures(self) -> list[str]:
         """The ids of failed or erroring guest tests, from the junit XML."""
@@ -104,6 +105,13 @@ class GuestResult:
             if case.find("failure") is not None or case.find("error") is not None:
                 out.append(f"{case.get('classname')}::{case.get('name')}")
         return out
+
+    def durations(self) -> list[tuple[str, float]]:
+        """(test id, seconds in the guest) of every guest test, from the junit XML."""
+        if self.junit is None or not self.junit.exists():
+            return []
+        return [(f"{case.get('classname')}::{case.get('name')}", float(case.get("time", "0")))
+                for case in ET.parse(self.junit).getroot().iter("testcase")]
 
     def counts(self) -> dict[str, int]:
         """tests, failures, errors, skipped of the junit XML (empty without it)."""
@@ -120,6 +128,8 @@ class GuestResult:
         if self.failures():
             parts.append("failed: " + ", ".join(self.failures()))
         parts.append("--- guest pytest output ---\n" + (self.output or "(none)"))
+        for log in sorted(self.failed_logs):
+            parts.append(f"--- {log} (tail) ---\n" + "\n".join(_read(log).splitlines()[-60:]))
         if self.rc is None or self.timed_out:
             parts.append("--- serial console (tail) ---\n" + "\n".join(self.console.splitlines()[-80:]))
         return "\n".join(parts)
@@ -210,6 +220,7 @@ def run_guest_suite(image: Path, topology: Topology, results: Path, timeout: flo
         output=_read(results / "output.txt"),
         console=_read(results / "console.log") + _read(results / "qemu.log"),
         junit=junit if junit.exists() else None, qemu_rc=qemu_rc, timed_out=timed_out,
+        failed_logs=tuple(sorted((results / "failed").glob("*/**/*.log"))),
     )
 
 

@@ -90,6 +90,10 @@ def test_install_upgrade_uninstall(root, wheel):
     unit = (root / "etc/systemd/system/cri-resmgr.service").read_text()
     assert "ExecStart=/usr/local/bin/cri-resmgr -fallback-config /etc/cri-resmgr/fallback.yaml" in unit
     assert (root / "etc/default/cri-resmgr").read_text() == OPERATOR_DEFAULTS
+    # Documentation= names this project's docs, installed with the venv (issue 38: the original project's).
+    docs = [word.removeprefix("file:") for line in unit.splitlines() if line.startswith("Documentation=")
+            for word in line.split("=", 1)[1].split()]
+    assert docs and all((root / doc.lstrip("/")).is_file() for doc in docs), docs
     fallback = root / "etc/cri-resmgr/fallback.yaml"
     assert fallback.read_text() == (REPO / "scripts/node/fallback.yaml").read_text()
     checked = subprocess.run([str(bin_dir / "cri-resmgr"), "-fallback-config", str(fallback), "-print-config"],

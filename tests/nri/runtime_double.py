@@ -74,6 +74,9 @@ class RuntimeDouble:
         self.overlaps: list[tuple[list[str], int]] = []
         self.real: dict[str, str] = {}  # a started task's cgroup cpuset, by container id
         self.running: set[str] = set()  # containers whose task has started
+        # Containers kubelet is removing or stopping whose NRI event has not come yet:
+        # containerd refuses their updates ("container ... is in removing state").
+        self.removing: set[str] = set()
         self.sessions: list[Session] = []
         self.sync_parts = sync_parts  # >1: Synchronize in parts with `more`, as newer runtimes do
         self.plugin_config = ""  # ConfigureRequest.config: a launched plugin's configuration file
@@ -156,7 +159,13 @@ class RuntimeDouble:
                 self.hidden = []
             reply = await self._call(session, "Synchronize", req, api.SynchronizeResponse)
         self._mark(session, "synchronized")
-        self._apply_updates(reply.update)
+        try:
+            self._apply_updates(reply.update, "Synchronize")
+        except RuntimeError as e:  # containerd fails the plugin's registration
+            session.refused = str(e)
+            session.mux.close()
+            session.ready.set()
+            return
         session.synchronized = reply
         session.ready.set()
 
@@ -170,8 +179,8 @@ class RuntimeDouble:
         if session.plugin.in_flight:
             self.overlaps.append(([u.container_id for u in req.update], session.plugin.in_flight))
         self.unsolicited.extend(req.update)
-        self._apply_updates(req.update)
-        return api.UpdateContainersResponse().SerializeToString()
+        failed = self._apply_updates(req.update)
+        return api.UpdateContainersResponse(failed=failed).SerializeToString()
 
     # -- the plugin's session ------------------------------------------------------------------
 
@@ -234,7 +243,7 @@ class RuntimeDouble:
         if cpu.mems:
             container.linux.resources.cpu.mems = cpu.mems
         self.containers[container.id] = container
-        self._apply_updates(reply.update)
+        self._apply_updates(reply.update, "CreateContainer")
         self.real[container.id] = container.linux.resources.cpu.cpus  # the task, made from the spec
         container.state = api.CONTAINER_RUNNING
         await self.call("StartContainer", api.StartContainerRequest(pod=pod, container=container),
@@ -265,7 +274,7 @@ class RuntimeDouble:
                                 api.StopContainerRequest(pod=self.pods[c.pod_sandbox_id], container=c),
                                 api.StopContainerResponse)
         assert isinstance(reply, api.StopContainerResponse)
-        self._apply_updates(reply.update)
+        self._apply_updates(reply.update, "StopContainer")
         return reply
 
     async def remove(self, cid: str) -> None:
@@ -285,7 +294,7 @@ class RuntimeDouble:
         for u in reply.update:
             if u.container_id == cid:
                 c.linux.resources.MergeFrom(u.linux.resources)
-        self._apply_updates([u for u in reply.update if u.container_id != cid])
+        self._apply_updates([u for u in reply.update if u.container_id != cid], "UpdateContainer")
         return reply
 
     async def resize_pod(self, pod_id: str, resources: api.LinuxResources) -> api.UpdatePodSandboxResponse:
@@ -301,10 +310,17 @@ class RuntimeDouble:
         p.linux.pod_resources.CopyFrom(resources)
         return reply
 
-    def _apply_updates(self, updates: list[api.ContainerUpdate]) -> None:
+    def _apply_updates(self, updates: list[api.ContainerUpdate], call: str = "") -> list[api.ContainerUpdate]:
+        """As containerd's domainTable.updateContainers: an unknown container is skipped; one
+        being removed fails its update, which fails the plugin's `call` (the event whose
+        reply carried it) unless the update is marked ignore_failure. Returns the failed."""
+        failed = [u for u in updates if u.container_id in self.removing and not u.ignore_failure]
+        if failed and call:
+            raise RuntimeError(f"{call}: NRI update of some containers failed: "
+                               f"{', '.join(u.container_id for u in failed)} in removing state")
         for u in updates:
             c = self.containers.get(u.container_id)
-            if c is None:
+            if c is None or u.container_id in self.removing:
                 continue
             cpu = u.linux.resources.cpu
             if cpu.cpus:
@@ -313,6 +329,7 @@ class RuntimeDouble:
                     self.real[u.container_id] = cpu.cpus
             if cpu.mems:
                 c.linux.resources.cpu.mems = cpu.mems
+        return failed
 
     def cpus(self, cid: str) -> str:
         """The cpuset of the container's spec."""

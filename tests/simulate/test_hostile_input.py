@@ -215,5 +215,5 @@ def test_the_error_line_is_clipped_whatever_a_message_quotes(capsys, files):
 
 def test_a_good_input_still_runs(capsys, files):
     code, out, err = run(capsys, "-shape", "4c", "-pods", files("p.yaml", POD), "-brief")
-    assert code == 0 and not err and "1 pods from" in out
+    assert code == 0 and not err and "1 pod from" in out
     assert Path(files("q.yaml", POD)).exists()

@@ -13,7 +13,7 @@ def test_text_nests_packages_dies_nodes_l3_cores_threads(tmp_path):
     write_machine(tmp_path, classes.l3_per_ccx())
     text = render_text(discover(tmp_path))
     lines = text.splitlines()
-    assert lines[0].startswith("Machine: 64 online CPUs (0-63), 32 cores, 1 packages")
+    assert lines[0].startswith("Machine: 64 online CPUs (0-63), 32 cores, 1 package")
     assert lines[1:4] == ["  Package 0 (64 CPUs)", "    Die 0 (64 CPUs)",
                           "      NUMANode 0 (DRAM 16.0 GiB, CPUs 0-63)"]
     assert lines[4] == "        L3 0-3,32-35 (32.0 MiB)"

@@ -4,12 +4,13 @@ a test here fails with the guest's own output when any of them fails.
 
 When the suite cannot run here (no qemu, not root, no image and no way to build it) each
 test says why and skips; under CI=true it fails instead (a skip there would hide a broken
-install). CRIRM_VM_TOPOLOGIES=4node,2node picks topologies; CRIRM_VM_PYTEST_ARGS (one
-string, split on spaces) is passed to the guest's pytest, e.g. "-k static -x"."""
+install). CRIRM_VM_TOPOLOGIES=4node,2node picks topologies; CRIRM_VM_PYTEST_ARGS (shell
+words) is passed to the guest's pytest, e.g. "-k static -x"."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -52,11 +53,13 @@ def image() -> Iterator[Path]:
 def test_guest_suite(image: Path, name: str) -> None:
     topology = vm.TOPOLOGIES[name]
     results = Path(tempfile.mkdtemp(prefix=f"crirm-vm-{name}-"))
-    args = os.environ.get("CRIRM_VM_PYTEST_ARGS", "").split()
+    args = shlex.split(os.environ.get("CRIRM_VM_PYTEST_ARGS", ""))
     start = time.monotonic()
     result = vm.run_guest_suite(image, topology, results, BOOT_TIMEOUT, args)
     elapsed = time.monotonic() - start
     print(f"\n{name} ({topology.description}): {result.counts()} in {elapsed:.0f} s")
+    for test, seconds in result.durations():
+        print(f"  {seconds:6.0f} s  {test}")
     try:
         assert result.rc is not None and not result.timed_out, result.report()
         # 5: nothing collected for this topology; a topology without tests is a mistake here.

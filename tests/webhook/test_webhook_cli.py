@@ -33,7 +33,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     (["-key-file", "k"], "missing option: -cert-file"),
     (["-cert-file", "c", "-key-file", "k", "-port", "http"], "'http' is not a valid integer"),
     (["-cert-file", "c", "-key-file", "k", "-port", "70000"], "70000 is not in the range"),
-    (["-cert-file", "c", "-key-file", "k", "-max-body-bytes", "0"], "0 is not in the range"),
+    (["-cert-file", "c", "-key-file", "k", "-max-body-bytes", "0"], "0 is less than 1, the least it may be"),
     (["-cert-file", "c", "-key-file", "k", "extra"], "unexpected extra argument (extra)"),
 ])
 def test_bad_flags(args, expected):

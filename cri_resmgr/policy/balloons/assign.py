@@ -89,7 +89,7 @@ def type_for(config: BalloonsConfig, w: Workload, has_reserved: bool) -> tuple[B
         t = config.type(wanted.strip())
         if t is not None and (t.name != RESERVED or has_reserved):
             return t, None
-        warning = (f"annotation {ANNOTATION} of {w} ({w.key}): no balloon type {short(wanted)} "
+        warning = (f"annotation {ANNOTATION} of {w} ({w.short_key}): no balloon type {short(wanted)} "
                    f"(known: {', '.join(x.name for x in config.types)}); placed by namespace")
     reserved = config.reserved
     # An explicit prefer-reserved-cpus "false" takes it out of the reserved namespaces here too.

@@ -110,11 +110,11 @@ class BalloonsPolicy:
             self._make_room(lacking, b)
             lacking = book.resize(b)
         changed, moved = self._moved
-        notes = [f"{NAME}: {workload} ({workload.key}) in {b.name}: {m}" for m in moved]
+        notes = [f"{NAME}: {workload} ({workload.short_key}) in {b.name}: {m}" for m in moved]
         unmet = None
         if short or lacking:
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
-            unmet = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.key}) with its "
+            unmet = (f"{NAME}: no {t.name} balloon can hold {workload} ({workload.short_key}) with its "
                      f"{workload.cpu_request}m CPU request; placed best-effort in {b.name} "
                      f"({book.size(b)} {unit}, {b.requested}m requested)")
             notes.append(unmet)
@@ -374,6 +374,13 @@ class BalloonsPolicy:
         is placed short by design (a warning), no policy fault."""
         t, _ = type_for(self._config, w, bool(self._book.reserved))
         return t.max_cpus
+
+    def exclusive_wanted(self, w: Workload) -> int:
+        """How many exclusive CPUs a dedicated container asks for (its whole CPUs; 0 for the
+        others, which share their balloon by design): `cri-resmgr status` marks a container
+        holding fewer as a request not met, its type's MaxCPUs the reason or not."""
+        whole, fraction = divmod(w.cpu_request, 1000)
+        return whole if whole and not fraction and self.expects_isolation(w) else 0
 
     def _exclusive(self, b: Balloon) -> CPUSet:
         """A dedicated container alone in its balloon holds the balloon's CPUs exclusively

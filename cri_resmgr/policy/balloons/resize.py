@@ -116,7 +116,7 @@ def _in_place(policy: BalloonsPolicy, b: Balloon, w: Workload, make_room: bool) 
             assert undo is not None
             undo()
             unit = "cores" if b.type.hide_hyperthreads else "CPUs"
-            raise ResizeError(f"balloons: {w} ({w.key}) with its {w.cpu_request}m CPU request: {b.name} lacks "
+            raise ResizeError(f"balloons: {w} ({w.short_key}) with its {w.cpu_request}m CPU request: {b.name} lacks "
                               f"{lacking} {unit} that are neither free nor held by other balloons beyond "
                               "their requests")
     book.regrow_short(changed)  # CPUs it gave back go to balloons short of them

@@ -176,9 +176,9 @@ class BalloonsRules(Rules):
         t = self._type(workload)
         if b.type.name != t.name and saved.details.get("type") != DEFAULT:
             # (in default before: it may have been placed there best-effort already)
-            return f"{workload} ({workload.key}) belongs to {t.name} but no {t.name} balloon can hold it"
+            return f"{workload} ({workload.short_key}) belongs to {t.name} but no {t.name} balloon can hold it"
         if book.short(b):
-            return (f"{workload} ({workload.key}) in {b.name}: {book.size(b)} of the {book.needed(b, 0, 0)} "
+            return (f"{workload} ({workload.short_key}) in {b.name}: {book.size(b)} of the {book.needed(b, 0, 0)} "
                     f"{'cores' if t.hide_hyperthreads else 'CPUs'} its containers need")
         return None
 

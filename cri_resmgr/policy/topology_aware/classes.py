@@ -72,7 +72,7 @@ def request_of(w: Workload, options: Options, reserved_cpus: int) -> Request:
         try:
             return parse(w.annotation(name))
         except AnnotationError as e:
-            warnings.append(f"{w} ({w.key}): ignoring annotation {e}")
+            warnings.append(f"{w} ({w.short_key}): ignoring annotation {e}")
             return default
 
     no_rules: tuple[Rule, ...] = ()
@@ -94,7 +94,7 @@ def request_of(w: Workload, options: Options, reserved_cpus: int) -> Request:
     if reserved_cpus and _wants_reserved(w, options):
         if w.cpu_request <= 1000 * reserved_cpus:
             return Request(CPUClass.RESERVED, warnings=tuple(warnings), **common)
-        warnings.append(f"{w} ({w.key}) requests {w.cpu_request}m CPU, more than the {reserved_cpus} reserved "
+        warnings.append(f"{w} ({w.short_key}) requests {w.cpu_request}m CPU, more than the {reserved_cpus} reserved "
                         f"CPUs hold; running it on shared CPUs")
         return Request(CPUClass.SHARED, shared_milli=w.cpu_request, warnings=tuple(warnings), **common)
     prefer_shared = options.prefer_shared if w.prefer_shared is None else w.prefer_shared

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from cri_resmgr.flags import plural
 from cri_resmgr.policy.api import Workload
 from cri_resmgr.policy.topology_aware.book import Book, Member
 from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
@@ -53,8 +54,8 @@ class Placer:
             got = self._exclusive(w, req, affinity, self._mine(held, req.exclusive))
             if got is not None:
                 return got, None
-            warning = (f"{NAME}: {w} ({w.key}) wants {req.exclusive} exclusive CPUs but no pool can give "
-                       "them; running it on shared CPUs")
+            warning = (f"{NAME}: {w} ({w.short_key}) wants {plural(req.exclusive, 'exclusive CPU')} but no pool "
+                       f"can give {'it' if req.exclusive == 1 else 'them'}; running it on shared CPUs")
             req = replace(req, cls=CPUClass.SHARED, exclusive=0, shared_milli=w.cpu_request)
         pools = [p for p in book.tree.pools if p.allows(req.level) and book.fits_shared(p, req.shared_milli)]
         if req.cpu_limit:
@@ -66,7 +67,7 @@ class Placer:
         # Overcommitted (kubelet admitted it all the same): the pool with the most headroom.
         allowed = [p for p in book.tree.pools if p.allows(req.level) and book.shared[p]] or [book.tree.root]
         pool = max(allowed, key=lambda p: (book.headroom(p), -p.index))
-        extra = (f"{NAME}: {w} ({w.key}): no pool has {req.shared_milli}m CPU free; "
+        extra = (f"{NAME}: {w} ({w.short_key}): no pool has {req.shared_milli}m CPU free; "
                  f"running it in pool {pool.name}, overcommitted")
         member = self.member(w, req, pool, CPUSet(), False)
         member.overcommitted = True

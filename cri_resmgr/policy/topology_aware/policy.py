@@ -88,6 +88,11 @@ class TopologyAwarePolicy(ExclusiveTuning):
     def request(self, w: Workload) -> Request:
         return request_of(w, self._options, len(self._reserved))
 
+    def exclusive_wanted(self, w: Workload) -> int:
+        """How many exclusive CPUs the policy gives `w` when it can (`cri-resmgr status`
+        marks a container holding fewer as a request not met)."""
+        return self.request(w).exclusive
+
     # -- decisions ---------------------------------------------------------------------------
 
     def allocate(self, workload: Workload) -> Decision:

@@ -70,7 +70,7 @@ class TopologyAwareRules(Rules):
         req, member = self.request(workload), self._policy.book.members[workload.key]
         problem = lost_exclusive(workload, req.exclusive, saved, len(member.exclusive))
         if problem is None and member.overcommitted and not saved.details.get("overcommitted"):
-            problem = f"{workload} ({workload.key}) would run overcommitted: no pool has its CPU request free"
+            problem = f"{workload} ({workload.short_key}) would run overcommitted: no pool has its CPU request free"
         return problem
 
 
