@@ -58,8 +58,9 @@ def refusal(exc: BaseException) -> tuple[int, str, str] | None:
             reason = str(status.get("reason") or reason)
             message = str(status.get("message") or "")
     except (ValueError, TypeError):
-        message = str(exc.body or "")[:_MAX_TEXT]
-    return exc.status, reason, message
+        message = str(exc.body or "")
+    # Logged: a 422's message names every invalid field, and the body is the API server's.
+    return exc.status, reason[:_MAX_TEXT], message[:_MAX_TEXT]
 
 
 class ClusterReporter:

@@ -397,18 +397,25 @@ class Hooks:
         async with self._lock:
             self._runtime.collect()
             out = Outcome()
+            refused = False
             try:
                 out.resources = await call(core)
                 out.decided = True
                 await self._flushed()
             except ResizeRefused:
+                refused = True
                 raise  # a resize the policy cannot meet fails the update: nothing was changed
             except Exception as e:  # the policy's failure (fail-closed included) never fails the runtime
                 self._failed(name, e)
                 out = Outcome()
             finally:
                 updates = self._runtime.collected()
-                if not carries:
+                if refused:
+                    # The runtime's call fails, with no reply to carry what this hook took
+                    # from the outbox (Delivery.take): it goes out with UpdateContainers.
+                    self._runtime.push(updates)
+                    updates = []
+                elif not carries:
                     self._runtime.carry(updates)
                     updates = []
         out.updates = updates

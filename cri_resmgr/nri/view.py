@@ -152,6 +152,12 @@ class NriRuntime:
                 owed = self._landed(cid)
                 if owed is not None and c is not None:
                     carried.append(owed)
+        # One listed as created whose CreateContainer this plugin never saw (created while
+        # it was away, or before it started) may have its start in flight just as well:
+        # its updates wait for its start too, else containerd puts them in its spec only.
+        for cid, c in self._containers.items():
+            if c.state == api.CONTAINER_CREATED and cid not in self._launching:
+                self.launching(cid)
         self.delivery.carry(carried)
 
     def release_deferred(self) -> list[api.ContainerUpdate]:

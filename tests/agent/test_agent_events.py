@@ -91,3 +91,23 @@ def test_a_server_error_is_retried_until_the_event_is_taken(kubeapi, applier, ma
 
 def raise_status(code: int) -> None:
     raise ApiError(code, "ServiceUnavailable" if code == 503 else "InternalError", "try again")
+
+
+def test_a_refusals_words_are_clipped_however_the_api_server_sends_them():
+    # The reason and message of a Status body are logged; a 422's message names every
+    # invalid field, and a body that is no Status is logged as it came: both bounded.
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    from cri_resmgr_agent.reporter import refusal
+
+    long = "x" * 100_000
+    status = ApiException(status=422, reason="Unprocessable Entity")
+    status.body = json.dumps({"kind": "Status", "reason": long, "message": long})
+    code, reason, message = refusal(status)
+    assert code == 422 and len(reason) <= 4000 and len(message) <= 4000  # was 100000 each
+    plain = ApiException(status=400, reason=long)
+    plain.body = long
+    _, reason, message = refusal(plain)
+    assert len(reason) <= 4000 and len(message) <= 4000

@@ -43,8 +43,8 @@ def _answer(address: str, path: str, streaming: bool) -> tuple:
     with grpc.insecure_channel(address) as ch:
         try:
             if streaming:
-                return grpc.StatusCode.OK, "", list(ch.unary_stream(path)(b"", timeout=10))
-            return grpc.StatusCode.OK, "", [ch.unary_unary(path)(b"", timeout=10)]
+                return grpc.StatusCode.OK, "", list(ch.unary_stream(path)(b"", timeout=60))
+            return grpc.StatusCode.OK, "", [ch.unary_unary(path)(b"", timeout=60)]
         except grpc.RpcError as e:
             return e.code(), e.details(), []
 

@@ -139,13 +139,55 @@ def test_classes_on_every_thread_children_and_latecomers_and_an_irq_off_an_isola
         if joined is not None:
             joined.kill()
             joined.wait()
-        k.delete_all_pods()
-        relay.stop()
-        k.close()
-        if IRQ_FILE.read_text().strip() != irq_before:  # a relay that died unclean: the test's own cleanup
-            IRQ_FILE.write_text(irq_before)
-            pytest.fail(f"the relay left IRQ {IRQ} at another affinity (put back to {irq_before})")
+        try:
+            k.delete_all_pods()  # raises when the relay died: the IRQ is put back all the same
+        finally:
+            relay.stop()
+            k.close()
+            if IRQ_FILE.read_text().strip() != irq_before:  # a relay that died unclean: the test's own cleanup
+                IRQ_FILE.write_text(irq_before)
+                pytest.fail(f"the relay left IRQ {IRQ} at another affinity (put back to {irq_before})")
     # Nothing on the host stays changed: the IRQ as it was, no RT budget left up the chain.
     assert IRQ_FILE.read_text().strip() == irq_before
     assert {v for v in _rt_values(rt_root).values()} <= {"0"}, _rt_values(rt_root)
     assert RT_FILE.read_text().strip() == "950000"
+
+
+CONFIG_WITHOUT_IRQS = "\n".join(line for line in CONFIG.splitlines()
+                                if "ControllableInterrupts" not in line and "IRQMode" not in line) + "\n"
+
+
+def test_a_relay_killed_with_an_irq_moved_gives_it_back_at_its_next_start(containerd, cgroup_root, workdir):
+    """SIGKILL leaves the IRQ moved; the next start (same state directory, a configuration
+    without the list) gives back what it had before the first run."""
+    cfg = workdir / "config.yaml"
+    cfg.write_text(CONFIG)
+    irq_before = IRQ_FILE.read_text().strip()
+    relay = RelayProcess(workdir, str(containerd.socket), ["-force-config", str(cfg)]).start()
+    k = Kubelet(relay.address, cgroup_root=f"{cgroup_root}/kubepods")
+    try:
+        assert irq_before == "0-1"
+        quiet = k.start_pod(PodSpec(name="quiet", annotations={BALLOON: "quiet"},
+                                    containers=[ContainerSpec(name="c", requests={"cpu": "1", "memory": "16Mi"})]))
+        quiet_cpus = CPUSet.parse(k.cgroup_files(quiet.container_ids["c"]).cpuset_cpus())
+        _wait("the IRQ off the quiet balloon", lambda: IRQ_FILE.read_text().strip() == str(ONLINE - quiet_cpus),
+              log=relay.log)
+        relay.kill()  # a crash: no shutdown
+        assert IRQ_FILE.read_text().strip() == str(ONLINE - quiet_cpus)
+        assert (Path(relay.state_dir) / "irq-originals.json").exists()
+        cfg.write_text(CONFIG_WITHOUT_IRQS)
+        relay.start()
+        _wait("the IRQ back at the next start", lambda: IRQ_FILE.read_text().strip() == irq_before, log=relay.log)
+        assert "given back 0-1, what it had before an earlier run" in relay.log()
+    finally:
+        try:
+            if relay.proc is None:  # failed while it was down: up again, so that the pods can go
+                relay.start()
+            k.delete_all_pods()
+        finally:
+            relay.stop()
+            k.close()
+            if IRQ_FILE.read_text().strip() != irq_before:  # the test's own cleanup, then the failure
+                IRQ_FILE.write_text(irq_before)
+                pytest.fail(f"the relay left IRQ {IRQ} at another affinity (put back to {irq_before})")
+    assert IRQ_FILE.read_text().strip() == irq_before

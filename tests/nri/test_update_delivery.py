@@ -12,11 +12,15 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from cri_resmgr._proto import nri_api_pb2 as api
+from cri_resmgr.nri import ttrpc
 from cri_resmgr.topology.cpuset import CPUSet
 from tests.nri.plugin_process import PluginProcess
 from tests.nri.runtime_double import RuntimeDouble, container, guaranteed, pod
 from tests.nri.test_plugin_process import run
+from tests.nri.test_resize_nri import sized
 
 ONLINE = CPUSet.parse("0-7")
 
@@ -142,5 +146,30 @@ def test_a_reply_carrying_an_update_the_runtime_refuses_fails_no_event(workdir: 
         carried = {u.container_id: u for u in reply.update}
         assert set(carried) == {"be1", "be2"} and all(u.ignore_failure for u in carried.values())
         assert CPUSet.parse(double.cpus("be2")) == ONLINE - exclusive
+
+    run(workdir, scenario)
+
+
+def test_updates_taken_into_a_refused_resizes_reply_still_go_out(workdir: Path) -> None:
+    """A hook takes the carried and queued updates of other containers into its reply
+    (Delivery.take); a resize the policy refuses fails the runtime's call, which has no
+    reply to carry them: they must still be sent (the reconcile is off here)."""
+    async def scenario(double: RuntimeDouble, plugin: PluginProcess) -> None:
+        await double.wait_ready()
+        await double.run_pod(pod("b", "besteffort"))
+        await double.create(container("be", "b"))
+        await double.run_pod(pod("g", "guaranteed"))
+        await double.create(guaranteed("g1", "g", 2))
+        await double.run_pod(pod("h", "guaranteed"))
+        await double.create(guaranteed("h1", "h", 2))
+        shared = CPUSet.parse(double.cpus("be"))
+        freed = CPUSet.parse(double.cpus("g1"))
+        assert not shared & freed
+        await double.stop_pod("g")  # what g1 frees is carried: this reply has no update list
+        with pytest.raises(ttrpc.TtrpcError) as e:  # h1 to 8 CPUs: one is reserved
+            await double.update("h1", sized(8000))
+        assert e.value.code == ttrpc.Code.RESOURCE_EXHAUSTED
+        await _until(lambda: f"be still on {double.cpus('be')}",
+                     lambda: CPUSet.parse(double.cpus("be")) == shared | freed, plugin)
 
     run(workdir, scenario)

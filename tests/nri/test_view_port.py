@@ -177,6 +177,26 @@ def test_an_update_of_a_container_being_created_or_started_waits_for_its_start()
     asyncio.run(go())
 
 
+def test_a_container_listed_as_created_at_synchronize_gets_its_update_after_its_start() -> None:
+    """One created while the plugin was away (no CreateContainer of it): its start may be
+    in flight as the Synchronize comes, so what is decided for it waits for its start."""
+    async def go() -> None:
+        view = _view()  # c1 is listed as created
+        sent: list[api.ContainerUpdate] = []
+        view.connected(_sender(sent))
+        assert view.is_launching("c1") and not view.is_launching("g1")
+        await view.update("c1", pb.LinuxContainerResources(cpuset_cpus="0"))
+        await view.drained()
+        assert sent == []
+        view.delivery.call_began()  # its PostStartContainer
+        view.started("c1")
+        view.delivery.call_answered()
+        await view.drained()
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in sent] == [("c1", "0")]
+        assert view.sent_after_start == 1
+    asyncio.run(go())
+
+
 def test_carried_updates_go_in_the_next_reply_that_can_take_them_or_alone_later(monkeypatch) -> None:
     """What a removal frees (its reply carries nothing) can wait for the next reply."""
     from cri_resmgr.nri import delivery
