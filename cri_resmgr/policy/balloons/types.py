@@ -29,6 +29,7 @@ ConfigValueError whose message starts with the full key, e.g.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -209,7 +210,9 @@ def canonical_keys(entry: Mapping[str, Any], known: Sequence[str], where: str, w
     for key, value in entry.items():
         name = by_lower.get(str(key).lower())
         if name is None:
-            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: unknown {what} (known: {', '.join(known)})")
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"known: {clip(', '.join(known), 120)}"
+            raise ConfigValueError(f"{where}.{clip(str(key), 30)}: unknown {what} ({hint})")
         if name in out:
             raise ConfigValueError(f"{where}.{clip(str(key), 30)}: given twice (as {name} too)")
         out[name] = value
