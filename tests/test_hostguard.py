@@ -37,6 +37,20 @@ def test_a_run_that_leaves_them_alone_passes(tmp_path):
     assert "changed" not in r.stdout
 
 
+def test_a_class_that_reaches_the_suites_own_process_fails_the_run_and_is_put_back(tmp_path):
+    # What a scheduling class matched too widely did: the pytest process became SCHED_BATCH
+    # and nice 6, and every test after it ran so.
+    r = _run(tmp_path, "    import builtins, os\n"
+                       "    builtins.START = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)\n"
+                       "    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); os.nice(6)\n"
+                       "\n\ndef test_after():\n    import builtins, os\n"
+                       "    assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == builtins.START")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "3 passed" in r.stdout, r.stdout
+    assert "during test_inner.py::test_inner: this pytest process's scheduling (policy, nice, ioprio) (" \
+        in r.stdout and "-> (3, " in r.stdout, r.stdout
+
+
 def test_an_installed_venv_is_watched_by_its_directory_not_walked(tmp_path, monkeypatch):
     from tests.harness import hostguard
 

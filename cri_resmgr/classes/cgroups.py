@@ -35,7 +35,8 @@ def mode(files: HostFiles) -> str | None:
 
 
 def container_dir(files: HostFiles, cgroup_mode: str, where: Where, controller: str = "blkio") -> str | None:
-    """The container's own cgroup directory (in `controller`'s hierarchy on v1); None if not found."""
+    """The container's own cgroup directory (in `controller`'s hierarchy on v1); None if not
+    found. Never a hierarchy's root: no container lives there, every host process may."""
     for rel in _candidates(files, cgroup_mode, where, controller):
         if files.exists(rel):
             return rel
@@ -63,11 +64,24 @@ def _candidates(files: HostFiles, cgroup_mode: str, where: Where, controller: st
         controllers, _, path = rest.partition(":")
         if (cgroup_mode == "v1" and controller in controllers.split(",")) or \
                 (cgroup_mode == "v2" and hid == "0" and controllers == ""):
-            if not where.container_id or where.container_id in path:
+            if path.strip("/") and (not where.container_id or names(path, where.container_id)):
                 out.append(base + path.rstrip("/"))
-    if where.cgroups_path:
+    if where.cgroups_path.strip("/"):
         out.append(base + "/" + systemd_path(where.cgroups_path).strip("/"))
     return out
+
+
+def names(path: str, container_id: str) -> bool:
+    """Whether a cgroup path is the container's own: one of its directories is the id
+    (cgroupfs: .../pod<uid>/<id>) or a runtime's scope for it (cri-containerd-<id>.scope,
+    crio-<id>.scope, docker-<id>.scope). A substring would not do: a short id (a test's
+    "c1") is found inside unrelated paths, and a class then lands on every process of a
+    host cgroup."""
+    for part in path.split("/"):
+        unit = part[: -len(".scope")] if part.endswith(".scope") else part
+        if unit == container_id or unit.endswith("-" + container_id):
+            return True
+    return False
 
 
 def systemd_path(cgroups_path: str) -> str:

@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from cri_resmgr.classes import cgroups
 from cri_resmgr.topology.cpuset import CPUSet
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class CgroupReader:
             path, mount = v2_path, v2
         else:
             return None
-        if container_id not in path:
+        if not cgroups.names(path, container_id):
             return None
         directory = mount.directory(path)
         if directory is None:

@@ -111,3 +111,27 @@ def test_paths_never_leave_the_root_and_dry_run_writes_nothing(tmp_path, caplog)
     DryRun(files).mkdir("g")
     assert (tmp_path / "f").read_text() == "old" and not (tmp_path / "g").exists()
     assert f"dry-run: would write 'new' to {tmp_path}/f" in caplog.text
+
+
+def test_a_short_id_inside_another_cgroup_path_is_not_the_containers(tmp_path):
+    # The fault: a test's container "c1" matched a host tool's memory cgroup
+    # "/process_api/3dd...b30c1f0" by substring, so a scheduling class landed on every
+    # process of that cgroup, the suite's own pytest included.
+    files = HostRoot(str(tmp_path))
+    (tmp_path / "proc/42").mkdir(parents=True)
+    (tmp_path / "proc/42/cgroup").write_text("4:memory:/process_api/3ddb30c1f0\n1:cpu:/\n7:blkio:/\n0::/\n")
+    for d in ("memory/process_api/3ddb30c1f0", "cpu", "blkio"):
+        (tmp_path / "sys/fs/cgroup" / d).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "sys/fs/cgroup" / d / "tasks").write_text("1\n42\n43\n")
+    where = cgroups.Where(pid=42, container_id="c1")
+    for controller in ("memory", "cpu", "blkio"):
+        assert cgroups.container_dir(files, "v1", where, controller) is None
+    assert cgroups.threads(files, "v1", where) == []
+    # A hierarchy's root is nobody's container, even when the runtime says "/".
+    assert cgroups.container_dir(files, "v1", cgroups.Where(pid=42, cgroups_path="/"), "cpu") is None
+    # The forms runtimes use do name it.
+    for path in ("/kubepods/besteffort/pod1/c1", "/kubepods.slice/x.slice/cri-containerd-c1.scope",
+                 "/kubepods.slice/crio-c1.scope/container", "/system.slice/docker-c1.scope"):
+        assert cgroups.names(path, "c1"), path
+    for path in ("/process_api/3ddb30c1f0", "/kubepods/pod1/c10", "/kubepods/pod1/xc1", "/"):
+        assert not cgroups.names(path, "c1"), path

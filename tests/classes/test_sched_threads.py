@@ -115,8 +115,6 @@ def test_a_refusal_is_returned_and_the_other_threads_still_set():
         p.wait()
 
 
-@pytest.mark.xfail(reason="open defect (closing note): a scheduling class given through the double's PID in the "
-                   "root cgroup reaches every process of that cgroup, the suite's own included", strict=False)
 def test_dry_run_sets_nothing():
     p = subprocess.Popen(["sleep", "60"])
     try:

@@ -2,7 +2,9 @@
 the paths a node install and a relay with default flags use (state directory and its
 lock, sockets, configuration, the installed tree and units) was created, changed or
 removed fails, naming the tests during which it happened and the paths (a plugin: `-p
-tests.harness.hostguard` in setup.cfg).
+tests.harness.hostguard` in setup.cfg). So does one during which the pytest process's own
+scheduling policy, nice or I/O priority changed: a scheduling class must reach only the
+test's processes.
 
 A relay or plugin a test starts takes `-state-dir`, `-relay-socket` and the like under
 the test's own directory; the default paths are the node's. Checking costs a few stat()
@@ -32,6 +34,31 @@ GUARDED = tuple(os.environ.get("CRIRM_HOSTGUARD_PATHS", "").split(":") if os.env
 GUARDED_GLOBS = () if os.environ.get("CRIRM_HOSTGUARD_PATHS") else ("/etc/systemd/system/cri-resmgr*",)
 
 Snapshot = dict[str, tuple[int, int, int]]  # path -> (inode, mtime_ns, size)
+
+
+def own_scheduling() -> tuple[int, int, int]:
+    """This pytest process's scheduling policy, nice and I/O priority: a scheduling class
+    that reaches beyond a test's own processes (a cgroup matched too widely) changes them,
+    as it would a node's other processes."""
+    try:
+        ioprio = _ioprio()
+    except OSError:
+        ioprio = -1
+    return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), ioprio
+
+
+def _ioprio() -> int:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    # ioprio_get(IOPRIO_WHO_PROCESS, 0): syscall 252 on x86_64, 31 on aarch64.
+    import platform
+    nr = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+    if nr is None:
+        return -1
+    value = libc.syscall(nr, 1, 0)
+    if value < 0:
+        raise OSError(ctypes.get_errno(), "ioprio_get")
+    return int(value)
 
 
 def snapshot() -> Snapshot:
@@ -87,10 +114,16 @@ class HostGuard:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         before = snapshot()
+        sched = own_scheduling()
         if not self.started:  # what is there at the start, and whose (a node's running relay)
             self.owners.remember(before)
             self.started = True
         yield
+        now = own_scheduling()
+        if now != sched:
+            self.touched.append((item.nodeid, [f"this pytest process's scheduling (policy, nice, ioprio) {sched} -> {now}"
+                                               " (put back)"]))
+            _put_back(sched)
         found = changed_paths(before, snapshot())
         if not found:
             return
@@ -114,11 +147,21 @@ class HostGuard:
                 tr.write_line(f"during {nodeid}: {'; '.join(found)}")
         if not self.touched:
             return
-        tr.write_sep("=", "the host's cri-resmgr paths changed: the run fails", red=True)
+        tr.write_sep("=", "the host's cri-resmgr paths or processes changed: the run fails", red=True)
         tr.write_line("give a relay or plugin -state-dir and sockets of the test's own (or another process "
                       "on the machine touched them meanwhile):")
         for nodeid, found in self.touched:
             tr.write_line(f"during {nodeid}: {'; '.join(found)}")
+
+
+def _put_back(sched: tuple[int, int, int]) -> None:
+    """The rest of the run as it started (a SCHED_BATCH pytest would pass its class on)."""
+    policy, nice, _ = sched
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -79,8 +79,6 @@ def test_every_thread_gets_the_class_and_the_adjustment_names_it(tmp_path, proc)
     assert "batch-7/pod-p1:ctr-c1: scheduling class low" in log
 
 
-@pytest.mark.xfail(reason="open defect (closing note): a scheduling class given through the double's PID in the "
-                   "root cgroup reaches every process of that cgroup, the suite's own included", strict=False)
 def test_dry_run_sets_nothing_and_says_what_it_would(tmp_path, proc):
     # What the process had before (inherited from whoever started the suite), not "other".
     before = Syscalls().current(proc.pid).policy
