@@ -26,11 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cri_resmgr.engine.classify import Requirements
+from cri_resmgr.engine.resize import MIN_SHARES
 
 __all__ = ["Member", "own_cpu", "sizes", "MIN_SHARES"]
-
-MIN_SHARES = 2  # what kubelet gives a container without a CPU request (cm/helpers_linux.go)
-
 
 @dataclass(frozen=True)
 class Member:

@@ -13,11 +13,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cri_resmgr._proto import runtime_v1_pb2 as pb
+from cri_resmgr.engine.resize import milli_cpu_to_shares
 from cri_resmgr.simulate.calls import Call
 
 __all__ = ["Container", "Pod", "Resize", "Ids", "start_calls", "delete_calls", "resize_call", "qos_class"]
 
-MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262144, 1024
 QUOTA_PERIOD, MIN_QUOTA = 100000, 1000
 POD_NAME, POD_NAMESPACE, POD_UID = "io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid"
 CONTAINER_NAME = "io.kubernetes.container.name"
@@ -116,7 +116,7 @@ def cgroup_parent(pod: Pod, qos: str) -> str:
 def linux_resources(c: Container) -> pb.LinuxContainerResources:
     cpu_request, cpu_limit = c.requests.get("cpu"), c.limits.get("cpu", 0)
     milli = cpu_limit if cpu_request is None and cpu_limit else (cpu_request or 0)
-    shares = MIN_SHARES if milli == 0 else min(max(milli * SHARES_PER_CPU // 1000, MIN_SHARES), MAX_SHARES)
+    shares = milli_cpu_to_shares(milli)  # kubelet's conversion, as the engine reads it back
     quota = max(cpu_limit * QUOTA_PERIOD // 1000, MIN_QUOTA) if cpu_limit else 0
     return pb.LinuxContainerResources(cpu_shares=shares, cpu_quota=quota, cpu_period=QUOTA_PERIOD,
                                       memory_limit_in_bytes=c.limits.get("memory", 0))

@@ -22,6 +22,7 @@ from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.errors import CriResmgrError
 from cri_resmgr.simulate.calls import Call
 from cri_resmgr.transport.methods import MethodTable
+from cri_resmgr.transport.upstream import MAX_MESSAGE_BYTES
 
 __all__ = ["Replayed", "RuntimeUnavailable", "replay", "map_ids"]
 
@@ -56,7 +57,11 @@ def replay(calls: Sequence[Call], socket: str, timing: bool = False, speed: floa
     target = socket if socket.startswith("unix:") else "unix://" + os.path.abspath(socket)
     result = Result()
     start = time.monotonic()
-    with grpc.insecure_channel(target) as channel:
+    # kubelet's 16 MiB, as the relay's legs: a recorded 5-16 MiB ListContainers reply
+    # replays (gRPC's default of 4 MiB would fail it with RESOURCE_EXHAUSTED).
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    with grpc.insecure_channel(target, options=options) as channel:
         _check_runtime(channel, socket, min(timeout, 10.0))
         for call in calls:
             method = table.lookup(call.path)

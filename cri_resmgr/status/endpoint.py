@@ -35,12 +35,16 @@ def on_loop(engine: Introspectable, loop: asyncio.AbstractEventLoop) -> Callable
     """(HTTP status, body) for /state, asked from a server thread."""
 
     def state() -> tuple[str, bytes]:
+        asked = engine.current_state()
         try:
-            snap = asyncio.run_coroutine_threadsafe(engine.current_state(), loop).result(WAIT)
+            future = asyncio.run_coroutine_threadsafe(asked, loop)
+        except RuntimeError as e:  # the loop is closed: shutting down
+            asked.close()  # never scheduled: closed here, not warned of as never awaited
+            return _error(f"shutting down: {e}")
+        try:
+            snap = future.result(WAIT)
         except TimeoutError:
             return _error(f"no answer from the relay's event loop within {WAIT:.0f}s")
-        except RuntimeError as e:  # the loop is closed: shutting down
-            return _error(f"shutting down: {e}")
         doc = snap.to_document()
         # What a picture in a bug report must say: which node, when, which build.
         doc["node"] = os.environ.get("NODE_NAME") or socket.gethostname()
