@@ -229,8 +229,22 @@ class NriRuntime:
             self.delivery.queue([owed], urgent=True)
 
     def stopped(self, container_id: str) -> None:
-        """Its start failed or it ended: nothing owed to it any more."""
+        """Its start failed, it is being stopped or it ended: nothing owed to it any more,
+        and nothing more is sent to it (`update`). containerd applies an update of a
+        stopping container as of a running one (the task's update, under the container's
+        lock) while its exit is handled, and a StopContainer reply's updates under its
+        NRI lock: an update there only adds to what the runtime holds for nothing."""
         self._landed(container_id)
+        c = self._containers.get(container_id)
+        if c is not None:
+            c.state = api.CONTAINER_STOPPED
+        self.delivery.forget([container_id])
+        if self._collecting is not None:
+            self._collecting.pop(container_id, None)
+
+    def is_stopped(self, container_id: str) -> bool:
+        c = self._containers.get(container_id)
+        return c is not None and c.state == api.CONTAINER_STOPPED
 
     def _launch_expired(self, container_id: str) -> None:
         self._launch_timers.pop(container_id, None)
@@ -257,11 +271,11 @@ class NriRuntime:
 
     def collected(self) -> list[api.ContainerUpdate]:
         updates, self._collecting = self._collecting, None
-        return list(updates.values()) if updates else []
+        return [u for u in updates.values() if not self.is_stopped(u.container_id)] if updates else []
 
     def carry(self, updates: list[api.ContainerUpdate]) -> None:
         """Updates a hook whose reply carries none caused: for the next reply that can."""
-        self.delivery.carry(updates)
+        self.delivery.carry(u for u in updates if not self.is_stopped(u.container_id))
 
     async def update(self, container_id: str, resources: pb.LinuxContainerResources,
                      timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -282,6 +296,9 @@ class NriRuntime:
             # hook's reply (one it does not have could fail the runtime's call).
             self._queue(update, alone=True)
             return
+        if self.is_stopped(cid):
+            log.debug("container %s is stopping or stopped: its update is not sent", cid[:12])
+            return
         if cid in self._launching:
             self._launching[cid] = update
             return
@@ -300,6 +317,8 @@ class NriRuntime:
         ones released): with UpdateContainers as soon as nothing is in flight (a new
         container may be on another's CPUs meanwhile), or owed to a container still starting."""
         for u in updates:
+            if self.is_stopped(u.container_id):
+                continue
             if u.container_id in self._launching:
                 self._launching[u.container_id] = u
             else:

@@ -219,3 +219,41 @@ def test_carried_updates_go_in_the_next_reply_that_can_take_them_or_alone_later(
         await view.drained()
         assert sent == []
     asyncio.run(go())
+
+
+def test_nothing_is_sent_to_a_container_once_it_is_stopping() -> None:
+    """containerd applies a StopContainer reply's updates under its NRI lock, and an
+    update of a stopping container as the task's update while its exit is handled: the
+    soak against 2.1.9 stalled after one ("post-stop update failed"). Once a container's
+    StopContainer (or its pod's StopPodSandbox) is heard, what was queued, carried or
+    collected for it is dropped and nothing new is queued."""
+    async def go() -> None:
+        view = _view()
+        sent: list[api.ContainerUpdate] = []
+        view.connected(_sender(sent))
+        cpus = pb.LinuxContainerResources(cpuset_cpus="2-3")
+        view.delivery.call_began()  # queued, not sent yet
+        await view.update("g1", cpus)
+        view.carry([api.ContainerUpdate(container_id="g1")])
+        view.stopped("g1")
+        view.delivery.call_answered()
+        await view.drained()
+        assert sent == []
+        await view.update("g1", cpus)  # decided after its stop: not queued
+        view.push([api.ContainerUpdate(container_id="g1")])
+        view.carry([api.ContainerUpdate(container_id="g1")])
+        await view.drained()
+        assert sent == []
+        view.collect()
+        await view.update("g1", cpus)
+        assert view.collected() == []
+
+        # Stopped while a hook collects: its update leaves the reply, the others' stay.
+        view.container(guaranteed("g2", "p1", 1))
+        view.container(guaranteed("g3", "p1", 1))
+        view.collect()
+        await view.update("g2", cpus)
+        await view.update("g3", cpus)
+        view.stopped("g2")
+        assert [u.container_id for u in view.collected()] == ["g3"]
+    asyncio.run(go())
