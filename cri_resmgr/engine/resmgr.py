@@ -677,11 +677,13 @@ class ResourceManager:
 
     # -- reconcile with the runtime --------------------------------------------------------
 
-    async def reconcile(self, runtime: RuntimePort) -> dict[str, int]:
+    async def reconcile(self, runtime: RuntimePort, later: Later | None = None) -> dict[str, int]:
         """Catches up with what happened behind the relay's back (crictl rm, a wiped
         containerd): containers gone from the runtime release their CPUs, exited ones
         too, and running ones the relay never saw are adopted as at start-up. Costs one
-        ListContainers when nothing changed; returns the counts."""
+        ListContainers when nothing changed; returns the counts. `later`: runs what the
+        caller's reply need not wait for (the NRI plugin's Synchronize: each adopted
+        container's log line, after the reply); None: at once."""
         # Only ids known before the list was asked for can be judged missing from it:
         # a container created meanwhile gets its id after the runtime answered.
         known = {c.id for c in self._cache if c.id}
@@ -701,6 +703,7 @@ class ResourceManager:
         if not gone and not new:
             return {"gone": 0, "adopted": 0, "resent": resent}
         adopted = 0
+        lines: list[tuple[Workload, str, describe.Placement]] = []
         async with self._lock:
             changed: set[str] = set()
             for cid in gone:
@@ -713,11 +716,13 @@ class ResourceManager:
             for record in new:
                 if record.key in self._cache.containers:
                     continue  # created through the relay while we asked about it
-                changed |= self._adopt(record)
+                changed |= self._adopt(record, lines)
                 adopted += 1
             self._sync(changed, "reconciling with the runtime")
             self._saves.mark()
             self._rearm()
+        if lines:
+            (later or _now)(lambda: _adopted_lines(lines))
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
     async def _check_real(self, runtime: RuntimePort, running: list[str]) -> int:
@@ -800,8 +805,10 @@ class ResourceManager:
         """What the kernel enforces of a container whose cpuset a parent cgroup narrows (None: not so)."""
         return self._narrowed.get(key)
 
-    def _adopt(self, record: ContainerRecord) -> set[str]:
-        """Places a running container the relay did not know (lock held); returns the keys to sync."""
+    def _adopt(self, record: ContainerRecord, lines: list[tuple[Workload, str, describe.Placement]]) -> set[str]:
+        """Places a running container the relay did not know (lock held); returns the keys
+        to sync. Its log line goes to `lines` (the policy's objects it names are never
+        changed once handed out: written later, it says what was decided now)."""
         w = record.workload
         try:
             decision, record.workload = self._allocate(w, lambda: dataclasses.replace(
@@ -815,8 +822,8 @@ class ResourceManager:
         if decision.warning:
             self._denied(record.workload, decision.warning)
         if decision.resources is not None and not self._options.dry_run:
-            log.info("adopted %s (%s): %s", record.workload, record.id[:12],
-                     describe.Placement(self._policy.assignment(record.key), decision.resources))
+            lines.append((record.workload, record.id,
+                          describe.Placement(self._policy.assignment(record.key), decision.resources)))
         return {record.key} | set(decision.others)
 
     # -- start-up and reconfiguration --------------------------------------------------
@@ -866,6 +873,19 @@ class ResourceManager:
             self._sync(set(decision.others), "the policy's timer")
             self._saves.mark()
             self._rearm()
+
+
+# Runs work a caller's reply need not wait for (ResourceManager.reconcile).
+Later = Callable[[Callable[[], None]], None]
+
+
+def _now(work: Callable[[], None]) -> None:
+    work()
+
+
+def _adopted_lines(lines: list[tuple[Workload, str, describe.Placement]]) -> None:
+    for w, cid, where in lines:
+        log.info("adopted %s (%s): %s", w, cid[:12], where)
 
 
 def _sized(w: Workload, size: tuple[int, int | None] | None) -> Workload:

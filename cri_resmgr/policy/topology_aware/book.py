@@ -13,7 +13,7 @@ so a pool's update is a dict.fromkeys however many containers it has.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from cri_resmgr.policy.api import Resources, Workload
@@ -118,13 +118,30 @@ class Book:
         what is spare stays in whole cores). `mine`: CPUs a resized container would keep
         (those it held and their cores' free threads): the shared members keep them last."""
         free = self.shared[pool] - pool.reserved
-        for leaf in pool.walk():
-            if leaf.children:
-                continue
+        for leaf, keep in self._leaves_keeping(pool, extra_milli):
+            free = free - self._keep(self.shared[leaf] - leaf.reserved, keep, mine)
+        return free
+
+    def spare_count(self, pool: Pool, extra_milli: int = 0) -> int:
+        """len(spare(pool, extra_milli, mine)) whatever `mine`, without building the set: what
+        each leaf keeps is that many of its own unreserved shared CPUs (or all of them), and
+        the leaves are disjoint."""
+        free = self._unreserved(pool)
+        for leaf, keep in self._leaves_keeping(pool, extra_milli):
+            free -= min(keep, self._unreserved(leaf))
+        return free
+
+    def _unreserved(self, pool: Pool) -> int:
+        """len(shared[pool] - pool.reserved), without the set."""
+        shared = self.shared[pool]
+        return len(shared) - len(shared & pool.reserved) if pool.reserved else len(shared)
+
+    def _leaves_keeping(self, pool: Pool, extra_milli: int) -> Iterator[tuple[Pool, int]]:
+        """The leaves below `pool` (itself, if one) whose shared members keep CPUs, and how many."""
+        for leaf in pool.leaves:
             keep = self.need(leaf, extra_milli if leaf is pool else 0) - len(leaf.reserved)
             if keep > 0:
-                free = free - self._keep(self.shared[leaf] - leaf.reserved, keep, mine)
-        return free
+                yield leaf, keep
 
     def _keep(self, cpus: CPUSet, keep: int, mine: CPUSet | None = None) -> CPUSet:
         if keep >= len(cpus):
