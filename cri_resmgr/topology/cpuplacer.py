@@ -55,6 +55,8 @@ def place(state: FreeState, cores: Sequence[int] | None, n: int, levels: Sequenc
             parts.setdefault(of_core[c], []).append(c)
         part_free = {g: sum(map(state.free.__getitem__, members)) for g, members in parts.items()}
     if len(part_free) == 1:
+        if cores is None:  # all the free threads are in this group: list only its cores
+            cores = parts[next(iter(part_free))]
         return place(state, cores, n, rest, criteria, spread)
     free = state.free
     fitting = [g for g in part_free if part_free[g] >= n]

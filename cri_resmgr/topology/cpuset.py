@@ -15,8 +15,9 @@ never changes).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import compress
+from itertools import compress, repeat
 
 __all__ = ["CPUSet", "parse_cpulist", "format_cpulist", "MAX_CPU_ID"]
 
@@ -118,24 +119,37 @@ def _ids(mask: int) -> tuple[int, ...]:
 
 def _mask_of(ids: Iterable[int]) -> int:
     """The bitmask of valid ids (non-negative ints up to MAX_CPU_ID), checking each."""
-    checked = []
-    for cpu in ids:
-        # bool is an int subclass; True as CPU 1 is always a bug.
-        if type(cpu) is not int or cpu < 0:
-            raise ValueError(f"invalid CPU id {cpu!r}: must be a non-negative int")
-        if cpu > MAX_CPU_ID:
-            raise ValueError(f"invalid CPU id {cpu}: past the largest possible CPU id ({MAX_CPU_ID})")
-        checked.append(cpu)
-    if len(checked) <= _FEW:
+    if type(ids) is range and ids.step == 1:
+        if not ids:
+            return 0
+        _check(ids.start)
+        _check(ids.stop - 1)
+        return ((1 << len(ids)) - 1) << ids.start
+    if not isinstance(ids, (set, frozenset, list, tuple)):
+        ids = list(ids)
+    if not ids:
+        return 0
+    # The checks and the scatter run in C (map); a bad id is looked for only once
+    # one is known to be there. bool is an int subclass; True as CPU 1 is always a bug.
+    if set(map(type, ids)) != {int} or min(ids) < 0 or max(ids) > MAX_CPU_ID:
+        for cpu in ids:
+            _check(cpu)
+    if len(ids) <= _FEW:
         mask = 0
-        for cpu in checked:
+        for cpu in ids:
             mask |= 1 << cpu
         return mask
-    digits = bytearray(max(checked) + 1)
-    for cpu in checked:
-        digits[cpu] = 1
+    digits = bytearray(max(ids) + 1)
+    deque(map(digits.__setitem__, ids, repeat(1)), maxlen=0)
     digits.reverse()
     return int(digits.translate(_DIGIT), 2)
+
+
+def _check(cpu: object) -> None:
+    if type(cpu) is not int or cpu < 0:
+        raise ValueError(f"invalid CPU id {cpu!r}: must be a non-negative int")
+    if cpu > MAX_CPU_ID:
+        raise ValueError(f"invalid CPU id {cpu}: past the largest possible CPU id ({MAX_CPU_ID})")
 
 
 class CPUSet:
@@ -186,7 +200,7 @@ class CPUSet:
     @classmethod
     def _wrap(cls, frozen: frozenset[int]) -> CPUSet:
         # Skips validation: callers pass sets derived from valid CPUSets.
-        obj = cls.of_mask(_mask_of(frozen) if len(frozen) > _FEW else sum(1 << c for c in frozen))
+        obj = cls.of_mask(_mask_of(frozen))
         object.__setattr__(obj, "_cpus", frozen)
         return obj
 

@@ -40,7 +40,7 @@ def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
     packages = shape.group_of.get("package")
     classes: dict[tuple[object, ...], int] = {}
     found: list[tuple[tuple[object, ...] | None, tuple[tuple[Level, int], ...]]] = []
-    for g, cores in enumerate(members):
+    for cores in members:
         mine = set(cores)
         own_packages = {packages[c] for c in cores} if packages is not None else set()
         outer: list[tuple[Level, int]] = []
@@ -66,9 +66,9 @@ def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
             rename = {}
             built.append(tuple(rename.setdefault(packages[c], len(rename)) for c in cores))
         found.append((None if alone else tuple(built), tuple(outer)))
-    for built, _ in found:
-        if built is not None:
-            classes.setdefault(built, len(classes))
+    for signature, _ in found:
+        if signature is not None:
+            classes.setdefault(signature, len(classes))
     unique = iter(range(len(classes), len(classes) + len(found)))
     cls = [classes[b] if b is not None else next(unique) for b, _ in found]
     # The first idle one of a class at a call must win `lowest_ids` against every later
@@ -80,11 +80,11 @@ def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
         if c in last and not _below(members[last[c]], members[g]):
             broken.add(c)
         last[c] = g
-    return tuple(Twin(next(unique) if c in broken else c, outer) for c, (_, outer) in zip(cls, found))
+    return tuple(Twin(next(unique) if c in broken else c, outer) for c, (_, outer) in zip(cls, found, strict=True))
 
 
 def _below(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) == len(b) and all(x < y for x, y in zip(a, b))
+    return len(a) == len(b) and all(x < y for x, y in zip(a, b, strict=True))
 
 
 def untwinned(state: FreeState, level: Level, fitting: list[int], part_free: dict[int, int]) -> list[int]:
