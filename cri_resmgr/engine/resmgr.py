@@ -19,13 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resize, timers
+from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resdict, resize, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.core import (
@@ -233,7 +231,7 @@ class ResourceManager:
                         write_cpuset(linux, decision.resources)
                         self._applied[key] = decision.resources
                         placed = decision.resources
-                record.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
+                record.resources = resdict.to_dict(linux)
                 self._linux[key] = linux
                 changed |= set(decision.others)
         if decision is None:  # fail-open: created as it was asked, not tracked
@@ -435,7 +433,7 @@ class ResourceManager:
         keep: Resources | None = None
         if current is not None:
             merged = dict(c.resources)
-            merged.update(json_format.MessageToDict(linux, preserving_proto_field_name=True))
+            merged.update(resdict.to_dict(linux))
             c.resources = merged
             self._linux.pop(c.key, None)  # the dict is the truth again
             if not self._options.dry_run:
@@ -614,17 +612,17 @@ class ResourceManager:
         send; `c.resources` follows. A copy of the message kept from the last change is
         changed, and the dict's cpuset values replaced (cheap); without a kept message
         (after a restart, after kubelet's own update) or when a cpuset key comes or
-        goes, the dict is parsed and re-encoded, which also restores json_format's key
-        order: the state file is what the round trip alone gave."""
-        linux = pb.LinuxContainerResources()
+        goes, the dict is parsed and re-encoded (engine/resdict.py: json_format's), which
+        also restores json_format's key order: the state file is what the round trip alone gave."""
         kept = self._linux.get(c.key)
         if kept is not None:
+            linux = pb.LinuxContainerResources()
             linux.CopyFrom(kept)
         else:
-            json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
+            linux = resdict.from_dict(c.resources)
         write_cpuset(linux, target)
         fast = _with_cpuset(c.resources, linux) if kept is not None else None
-        c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
+        c.resources = fast if fast is not None else resdict.to_dict(linux)
         return linux
 
     def _policy_failed(self, who: str, error: Exception) -> None:
