@@ -9,7 +9,6 @@ results and its errors are json_format's (issue 37: a first start converted each
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
@@ -54,7 +53,7 @@ def to_dict(linux: pb.LinuxContainerResources) -> dict[str, Any]:
     return out
 
 
-def from_dict(data: Mapping[str, Any]) -> pb.LinuxContainerResources:
+def from_dict(data: dict[str, Any]) -> pb.LinuxContainerResources:
     """`json_format.ParseDict(data, LinuxContainerResources(), ignore_unknown_fields=True)`."""
     plain: dict[str, Any] = {}
     try:
@@ -62,7 +61,7 @@ def from_dict(data: Mapping[str, Any]) -> pb.LinuxContainerResources:
             kind = type(value)
             if name in _INTS and kind is int:
                 plain[name] = value
-            elif name in _INTS and kind is str and value.isascii() and (value[1:] if value[:1] == "-" else value).isdigit():
+            elif name in _INTS and kind is str and value.isascii() and value.removeprefix("-").isdigit():
                 plain[name] = int(value)
             elif name in _STRINGS and kind is str:
                 plain[name] = value

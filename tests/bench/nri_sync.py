@@ -171,7 +171,7 @@ def format_result(result: dict[str, Any]) -> str:
                 f = r[phase]
                 rows.append([size["containers"], policy, phase, f["active_ms"], f["active_cpu_ms"], f["sync_ms"],
                              f["sync_cpu_ms"], f["updates"], f["placed"],
-                             "%.1f-%.1f" % tuple(r.get("loadavg", (0.0, 0.0)))])
+                             "{:.1f}-{:.1f}".format(*r.get("loadavg", (0.0, 0.0)))])
     load = result.get("load", 0)
     return "\n".join([
         "NRI plugin start with N running containers (wall ms at the runtime double; first: empty state, restart: "
