@@ -701,7 +701,7 @@ class ResourceManager:
         if not gone and not new:
             return {"gone": 0, "adopted": 0, "resent": resent}
         adopted = 0
-        lines: list[tuple[Workload, str, describe.Placement]] = []
+        lines: list[ContainerRecord] = []  # adopted ones, for their log lines
         async with self._lock:
             changed: set[str] = set()
             for cid in gone:
@@ -720,7 +720,7 @@ class ResourceManager:
             self._saves.mark()
             self._rearm()
         if lines:
-            (later or _now)(lambda: _adopted_lines(lines))
+            (later or _now)(lambda: self._adopted_lines(lines))
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
     async def _check_real(self, runtime: RuntimePort, running: list[str]) -> int:
@@ -803,10 +803,9 @@ class ResourceManager:
         """What the kernel enforces of a container whose cpuset a parent cgroup narrows (None: not so)."""
         return self._narrowed.get(key)
 
-    def _adopt(self, record: ContainerRecord, lines: list[tuple[Workload, str, describe.Placement]]) -> set[str]:
+    def _adopt(self, record: ContainerRecord, lines: list[ContainerRecord]) -> set[str]:
         """Places a running container the relay did not know (lock held); returns the keys
-        to sync. Its log line goes to `lines` (the policy's objects it names are never
-        changed once handed out: written later, it says what was decided now)."""
+        to sync. It goes to `lines` for its log line (`_adopted_lines`)."""
         w = record.workload
         try:
             decision, record.workload = self._allocate(w, lambda: dataclasses.replace(
@@ -820,9 +819,18 @@ class ResourceManager:
         if decision.warning:
             self._denied(record.workload, decision.warning)
         if decision.resources is not None and not self._options.dry_run:
-            lines.append((record.workload, record.id,
-                          describe.Placement(self._policy.assignment(record.key), decision.resources)))
+            lines.append(record)
         return {record.key} | set(decision.others)
+
+    def _adopted_lines(self, adopted: list[ContainerRecord]) -> None:
+        """One INFO line per adopted container, with what it holds now: the cpuset the
+        reconcile's updates gave it (a container adopted early shares a pool the later
+        ones shrank). Not under the lock: the policy's answers are plain reads."""
+        for c in adopted:
+            r = self._policy.resources(c.key)
+            if r is not None and not c.released:
+                log.info("adopted %s (%s): %s", c.workload, c.id[:12],
+                         describe.Placement(self._policy.assignment(c.key), r))
 
     # -- start-up and reconfiguration --------------------------------------------------
 
@@ -879,11 +887,6 @@ Later = Callable[[Callable[[], None]], None]
 
 def _now(work: Callable[[], None]) -> None:
     work()
-
-
-def _adopted_lines(lines: list[tuple[Workload, str, describe.Placement]]) -> None:
-    for w, cid, where in lines:
-        log.info("adopted %s (%s): %s", w, cid[:12], where)
 
 
 def _sized(w: Workload, size: tuple[int, int | None] | None) -> Workload:
