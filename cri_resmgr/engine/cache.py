@@ -38,9 +38,12 @@ class _Encoded:
     changed in place: their dicts are values.)"""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        object.__setattr__(self, "_encoded", None)
-        table: RecordTable | None = self.__dict__.get("_table")
+        # The instance dict directly: a record's fields are plain ones (no descriptors), and
+        # a first start sets some 17 per container.
+        fields = self.__dict__
+        fields[name] = value
+        fields["_encoded"] = None
+        table: RecordTable | None = fields.get("_table")
         if table is not None:
             table.touch(self._key(), self)
 

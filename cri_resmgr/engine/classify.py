@@ -226,9 +226,13 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
         # Guaranteed means requests equal limits: the memory request the CRI does not carry is
         # the limit it does, so memory pinning and widening need no webhook for these.
         reqs = replace(reqs, memory_request=reqs.memory_limit)
+    # Every key effective_annotation looks for names one of our domains: those of the
+    # annotations are all it can find (and what the Workload keeps); most pods have none.
+    pod_ours, container_ours = _ours(pod_annotations), _ours(container_annotations)
     prefs: dict[str, bool | None] = {}
     for key_name in BOOLEAN_KEYS:
-        raw = effective_annotation(pod_annotations, container_annotations, key_name, container)
+        raw = effective_annotation(pod_ours, container_ours, key_name, container) \
+            if pod_ours or container_ours else None
         prefs[key_name] = None
         if raw is not None:
             try:
@@ -245,8 +249,8 @@ def workload(*, key: str, namespace: str, pod: str, container: str, cgroup_paren
         # An explicit prefer-reserved-cpus "false" takes it out of the reserved namespaces.
         system=in_namespaces(namespace, reserved_namespaces) and prefs["prefer-reserved-cpus"] is not False,
         labels=dict(labels or {}),
-        pod_annotations=_ours(pod_annotations),
-        container_annotations=_ours(container_annotations),
+        pod_annotations=pod_ours,
+        container_annotations=container_ours,
     )
 
 

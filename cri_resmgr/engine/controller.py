@@ -34,7 +34,7 @@ from cri_resmgr.engine.core import Core
 from cri_resmgr.engine.cpuclasses import ORIGINALS_FILE, CpuClassControl, CpuClassStats
 from cri_resmgr.engine.enforce import Enforcer, UpdateStats
 from cri_resmgr.engine.nodectl import IRQ_ORIGINALS_FILE, RT_ORIGINALS_FILE, NodeControl, NodeStats, tuned
-from cri_resmgr.engine.resmgr import ManagerStats, Options, ResourceManager
+from cri_resmgr.engine.resmgr import Later, ManagerStats, Options, ResourceManager
 from cri_resmgr.engine.runtime import RuntimeFailure, RuntimePort
 from cri_resmgr.engine.usage import NodeUsage, node_usage
 from cri_resmgr.policy.api import Assignment, Policy
@@ -303,9 +303,9 @@ class Controller:
             return f"runtime at {self._runtime.path} does not answer Version: {_one_line(e)}"
         return None
 
-    async def reconcile(self) -> dict[str, int]:
-        """One reconcile with the runtime (see `ResourceManager.reconcile`); nothing
-        to do under the none policy. Raises what the runtime call raises."""
+    async def reconcile(self, later: Later | None = None) -> dict[str, int]:
+        """One reconcile with the runtime (see `ResourceManager.reconcile`, and its
+        `later`); nothing to do under the none policy. Raises what the runtime call raises."""
         resmgr = self._resmgr
         if resmgr is None:
             if self._classes_only is not None:  # classes under the none policy
@@ -313,7 +313,7 @@ class Controller:
             return {"gone": 0, "adopted": 0, "resent": 0}
         r = self._reconciled
         try:
-            counts = await resmgr.reconcile(self._runtime)
+            counts = await resmgr.reconcile(self._runtime, later)
         except Exception:  # counted, and raised for the caller to log
             self._reconciled = replace(r, runs=r.runs + 1, failed=r.failed + 1)
             raise

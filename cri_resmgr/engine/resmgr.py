@@ -19,13 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resize, timers
+from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resdict, resize, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.core import (
@@ -233,7 +231,7 @@ class ResourceManager:
                         write_cpuset(linux, decision.resources)
                         self._applied[key] = decision.resources
                         placed = decision.resources
-                record.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
+                record.resources = resdict.to_dict(linux)
                 self._linux[key] = linux
                 changed |= set(decision.others)
         if decision is None:  # fail-open: created as it was asked, not tracked
@@ -435,7 +433,7 @@ class ResourceManager:
         keep: Resources | None = None
         if current is not None:
             merged = dict(c.resources)
-            merged.update(json_format.MessageToDict(linux, preserving_proto_field_name=True))
+            merged.update(resdict.to_dict(linux))
             c.resources = merged
             self._linux.pop(c.key, None)  # the dict is the truth again
             if not self._options.dry_run:
@@ -623,17 +621,17 @@ class ResourceManager:
         send; `c.resources` follows. A copy of the message kept from the last change is
         changed, and the dict's cpuset values replaced (cheap); without a kept message
         (after a restart, after kubelet's own update) or when a cpuset key comes or
-        goes, the dict is parsed and re-encoded, which also restores json_format's key
-        order: the state file is what the round trip alone gave."""
-        linux = pb.LinuxContainerResources()
+        goes, the dict is parsed and re-encoded (engine/resdict.py: json_format's), which
+        also restores json_format's key order: the state file is what the round trip alone gave."""
         kept = self._linux.get(c.key)
         if kept is not None:
+            linux = pb.LinuxContainerResources()
             linux.CopyFrom(kept)
         else:
-            json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
+            linux = resdict.from_dict(c.resources)
         write_cpuset(linux, target)
         fast = _with_cpuset(c.resources, linux) if kept is not None else None
-        c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
+        c.resources = fast if fast is not None else resdict.to_dict(linux)
         return linux
 
     def _policy_failed(self, who: str, error: Exception) -> None:
@@ -686,11 +684,13 @@ class ResourceManager:
 
     # -- reconcile with the runtime --------------------------------------------------------
 
-    async def reconcile(self, runtime: RuntimePort) -> dict[str, int]:
+    async def reconcile(self, runtime: RuntimePort, later: Later | None = None) -> dict[str, int]:
         """Catches up with what happened behind the relay's back (crictl rm, a wiped
         containerd): containers gone from the runtime release their CPUs, exited ones
         too, and running ones the relay never saw are adopted as at start-up. Costs one
-        ListContainers when nothing changed; returns the counts."""
+        ListContainers when nothing changed; returns the counts. `later`: runs what the
+        caller's reply need not wait for (the NRI plugin's Synchronize: each adopted
+        container's log line, after the reply); None: at once."""
         # Only ids known before the list was asked for can be judged missing from it:
         # a container created meanwhile gets its id after the runtime answered.
         known = {c.id for c in self._cache if c.id}
@@ -710,6 +710,7 @@ class ResourceManager:
         if not gone and not new:
             return {"gone": 0, "adopted": 0, "resent": resent}
         adopted = 0
+        lines: list[ContainerRecord] = []  # adopted ones, for their log lines
         async with self._lock:
             changed: set[str] = set()
             for cid in gone:
@@ -722,11 +723,13 @@ class ResourceManager:
             for record in new:
                 if record.key in self._cache.containers:
                     continue  # created through the relay while we asked about it
-                changed |= self._adopt(record)
+                changed |= self._adopt(record, lines)
                 adopted += 1
             self._sync(changed, "reconciling with the runtime")
             self._saves.mark()
             self._rearm()
+        if lines:
+            (later or _now)(lambda: self._adopted_lines(lines))
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
     async def _check_real(self, runtime: RuntimePort, running: list[str]) -> int:
@@ -809,8 +812,9 @@ class ResourceManager:
         """What the kernel enforces of a container whose cpuset a parent cgroup narrows (None: not so)."""
         return self._narrowed.get(key)
 
-    def _adopt(self, record: ContainerRecord) -> set[str]:
-        """Places a running container the relay did not know (lock held); returns the keys to sync."""
+    def _adopt(self, record: ContainerRecord, lines: list[ContainerRecord]) -> set[str]:
+        """Places a running container the relay did not know (lock held); returns the keys
+        to sync. It goes to `lines` for its log line (`_adopted_lines`)."""
         w = record.workload
         try:
             decision, record.workload = self._allocate(w, lambda: dataclasses.replace(
@@ -824,9 +828,18 @@ class ResourceManager:
         if decision.warning:
             self._denied(record.workload, decision.warning)
         if decision.resources is not None and not self._options.dry_run:
-            log.info("adopted %s (%s): %s", record.workload, record.id[:12],
-                     describe.Placement(self._policy.assignment(record.key), decision.resources))
+            lines.append(record)
         return {record.key} | set(decision.others)
+
+    def _adopted_lines(self, adopted: list[ContainerRecord]) -> None:
+        """One INFO line per adopted container, with what it holds now: the cpuset the
+        reconcile's updates gave it (a container adopted early shares a pool the later
+        ones shrank). Not under the lock: the policy's answers are plain reads."""
+        for c in adopted:
+            r = self._policy.resources(c.key)
+            if r is not None and not c.released:
+                log.info("adopted %s (%s): %s", c.workload, c.id[:12],
+                         describe.Placement(self._policy.assignment(c.key), r))
 
     # -- start-up and reconfiguration --------------------------------------------------
 
@@ -875,6 +888,14 @@ class ResourceManager:
             self._sync(set(decision.others), "the policy's timer")
             self._saves.mark()
             self._rearm()
+
+
+# Runs work a caller's reply need not wait for (ResourceManager.reconcile).
+Later = Callable[[Callable[[], None]], None]
+
+
+def _now(work: Callable[[], None]) -> None:
+    work()
 
 
 def _sized(w: Workload, size: tuple[int, int | None] | None) -> Workload:

@@ -55,8 +55,18 @@ class NriSettings:
 def _freeze_start_up() -> None:
     """What start-up built (modules, topology, policy, adopted containers) lives as
     long as the process: moved out of the collector's reach, so that its full
-    passes, which stall a hook, scan only what came after (docs/benchmarks.md)."""
+    passes, which stall a hook, scan only what came after (docs/benchmarks.md).
+    What `_freeze_so_far` froze is collected too (its garbage with the rest's)."""
+    gc.unfreeze()
     gc.collect()
+    gc.freeze()
+
+
+def _freeze_so_far() -> None:
+    """At activation: what is there so far (modules, topology, policy) out of the
+    collector's reach without collecting it (a full pass takes tens of ms, in a reply
+    then), so that the first Synchronize's adoptions do not make a full pass over it
+    (issue 37). `_freeze_start_up` collects it, after the Synchronize's reply."""
     gc.freeze()
 
 
@@ -117,6 +127,8 @@ class Synchronizer:
             return
         self.activated_after = time.monotonic() - t0
         log.info("policy %s active (%.0f ms after Configure)", self._c.policy_name, self.activated_after * 1000)
+        if not self._frozen:
+            _freeze_so_far()
         self._spawn(self._expect_synchronize())
 
     async def __call__(self) -> None:
@@ -125,9 +137,11 @@ class Synchronizer:
             await self.configured()
             if self._c.config is None:
                 return
-        counts = await self._c.reconcile()
+        # Each adopted container's log line, and the collection of start-up's objects, come
+        # after the reply (issue 37: the runtime gives the reply 2 s on a loaded node).
+        counts = await self._c.reconcile(later=self._runtime.after_reply)
         log.info("synchronized: %(gone)d containers gone meanwhile, %(adopted)d adopted", counts)
-        self._freeze_soon()
+        self._runtime.after_reply(self._freeze_soon)
 
     def _freeze_soon(self) -> None:
         """Once, after what start-up adopted is in place (the first Synchronize, or the

@@ -26,6 +26,10 @@ later ones hold the update until the event in flight has ended. So:
 Nothing here waits for the runtime's answer on a hook's behalf: a hook that waited for
 an UpdateContainers the runtime holds until that hook ends would stall until its own
 deadline.
+
+`after_reply`: work that need not delay the reply being answered (log text for a
+thousand adopted containers) runs once no call of the runtime's is in flight, right
+after the reply is written, in the same step of the loop.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class Delivery:
         self._delivering = False  # an UpdateContainers call is on the wire
         self._drained = asyncio.Event()
         self._drained.set()
+        self._after: list[Callable[[], None]] = []  # `after_reply`
         self.sent = 0  # updates sent with UpdateContainers
         self.calls = 0  # UpdateContainers calls made
         self.failed = 0  # updates the runtime failed or a call that failed carried
@@ -97,6 +102,7 @@ class Delivery:
         self._cancel_timer()
         self._settle()
         self._check_drained()
+        self._run_after()  # no reply is coming for the calls in flight
         if dropped:
             log.warning("%d container updates dropped: the NRI connection closed (the next Synchronize "
                         "reconciles)", dropped)
@@ -112,6 +118,7 @@ class Delivery:
         self._session += 1
         session, self._in_flight = self._session, 0
         self._settle()
+        self._run_after()  # the closed connection's calls are not answered any more
 
         def in_flight(began: bool) -> None:
             if session == self._session:
@@ -127,6 +134,24 @@ class Delivery:
         self._in_flight = max(self._in_flight - 1, 0)
         self._last_call = time.monotonic()
         self._settle()
+        if self._in_flight == 0:
+            self._run_after()
+
+    def after_reply(self, work: Callable[[], None]) -> None:
+        """`work` once no call of the runtime's is in flight: at once when none is, else
+        right after the last reply in flight has been written."""
+        if self._in_flight == 0:
+            work()
+        else:
+            self._after.append(work)
+
+    def _run_after(self) -> None:
+        work, self._after = self._after, []
+        for fn in work:
+            try:
+                fn()
+            except Exception:  # a bug there must not fail the reply's bookkeeping
+                log.exception("work after a reply failed")
 
     def synchronizing(self, open_: bool) -> None:
         """Between the parts of a Synchronize the runtime keeps its lock: no updates then."""

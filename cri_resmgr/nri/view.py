@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cri_resmgr._proto import nri_api_pb2 as api
 from cri_resmgr._proto import runtime_v1_pb2 as pb
@@ -323,6 +323,11 @@ class NriRuntime:
                 self._launching[u.container_id] = u
             else:
                 self.delivery.queue([u], alone=alone, urgent=True)
+
+    def after_reply(self, work: Callable[[], None]) -> None:
+        """`work` right after the replies in flight have been written (at once when none
+        is): what a hook's reply need not wait for (`Delivery.after_reply`)."""
+        self.delivery.after_reply(work)
 
     async def drained(self) -> None:
         """Until the updates queued or carried so far have been sent."""

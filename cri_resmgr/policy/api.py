@@ -94,6 +94,8 @@ class Workload:
         """The value of annotation `key` for this container: `key/container.NAME`, then
         `key/pod`, then `key` (each in both forms, annotation_keys), each looked up in the
         container's and then the pod's annotations."""
+        if not self.container_annotations and not self.pod_annotations:
+            return None  # the common case (they hold only our domains' keys): no keys to build
         for candidate in annotation_keys(key, self.name):
             for source in (self.container_annotations, self.pod_annotations):
                 if candidate in source:

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark section in one run, one table each.
 
     python -m tests.bench [--only relay|policy|allocator|topology-aware|balloons|webhook|nri|nri-sync|nri-irq|resize|
-                                  big-machine ...] [--json FILE]
+                                  big-machine|scale ...] [--json FILE]
 
 Sections:
   relay    the relay process vs direct containerd (tests.bench.relay)
@@ -26,6 +26,9 @@ Sections:
   big-machine  every policy's decisions and the engine's calls on 4096 sparse CPUs,
            10,000 containers churned, the invariant checker after every call (fails
            on a violation); no target, compared before/after (tests.bench.big_machine)
+  scale    every policy, the same churn (2000 containers) on 64 and on 4096 CPUs back to
+           back: decision and call p99 small, big and big/small; target x5 per policy,
+           fails on an invariant violation (tests.bench.scale)
 
 A section that fails is reported with its error and the others still run; the
 exit status is 1 if any section failed or missed a target. Everything a
@@ -56,6 +59,7 @@ from tests.bench import nri_sync as bench_nri_sync
 from tests.bench import policy as bench_policy
 from tests.bench import relay as bench_relay
 from tests.bench import resize as bench_resize
+from tests.bench import scale as bench_scale
 from tests.bench import topology_aware as bench_topology_aware
 from tests.bench.relay import format_table
 
@@ -139,6 +143,7 @@ SECTIONS: dict[str, Section] = {
     "nri-irq": Section("nri-irq", lambda log: bench_nri_irq.run(), bench_nri_irq.format_result),
     "resize": Section("resize", lambda log: bench_resize.run(), bench_resize.format_result),
     "big-machine": Section("big-machine", lambda log: bench_big_machine.run(log=log), bench_big_machine.format_result),
+    "scale": Section("scale", lambda log: bench_scale.run(log=log), bench_scale.format_result),
 }
 
 

@@ -88,21 +88,26 @@ class Placer:
     def _exclusive(self, w: Workload, req: Request, affinity: Mapping[str, float],
                    mine: CPUSet | None = None) -> Member | None:
         book, n, fraction = self.book, req.exclusive, req.shared_milli
-        options: list[tuple[Candidate, CPUSet, bool]] = []
+        # Every pool is ranked by how many CPUs it could give; the CPUs themselves are
+        # worked out only for the pools tried, best first (usually the first one).
+        options: list[tuple[Candidate, CPUSet | None]] = []
         for pool in book.tree.pools:
             if not pool.allows(req.level) or (fraction and not book.fits_shared(pool, fraction)):
                 continue
             free_isolated = pool.isolated - book.used_isolated
             if req.prefer_isolated and len(free_isolated) >= n:
                 cand = self._candidate(pool, req, affinity, 0, len(free_isolated) - n)
-                options.append((replace(cand, isolated=True), free_isolated, True))
+                options.append((replace(cand, isolated=True), free_isolated))
                 continue
-            spare = book.spare(pool, fraction, mine)
-            if len(spare) >= n:
-                options.append((self._candidate(pool, req, affinity, 1000 * n, len(spare) - n), spare, False))
-        order = {id(c): (free, iso) for c, free, iso in options}
-        for cand in rank(c for c, _, _ in options):
-            free, isolated = order[id(cand)]
+            spare = book.spare_count(pool, fraction)
+            if spare >= n:
+                options.append((self._candidate(pool, req, affinity, 1000 * n, spare - n), None))
+        order = {id(c): free for c, free in options}
+        for cand in rank(c for c, _ in options):
+            free = order[id(cand)]
+            isolated = free is not None
+            if free is None:
+                free = book.spare(cand.pool, fraction, mine)
             try:
                 cpus = self._take(free, n, mine)
             except AllocationError:

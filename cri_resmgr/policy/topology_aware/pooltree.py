@@ -61,6 +61,7 @@ class Pool:
     memory: dict[str, frozenset[int]] = field(default_factory=dict)  # kind -> memory nodes
     capacity: dict[str, int] = field(default_factory=dict)  # kind -> bytes
     ancestors: tuple[Pool, ...] = ()  # parent first, root last
+    leaves: tuple[Pool, ...] = ()  # the leaves of its subtree (itself, if one), pre-order
 
     def __repr__(self) -> str:
         return f"Pool({self.name}, {self.cpus})"
@@ -132,6 +133,8 @@ def build_tree(topology: Topology, available: CPUSet, reserved: CPUSet) -> PoolT
         pool.sharable = pool.cpus - pool.isolated
         pool.cpu_nodes = frozenset(topology.node_of(c) for c in pool.cpus)
         _memory(pool, topology, dram_of, attached)
+    for pool in reversed(pools):
+        pool.leaves = tuple(leaf for c in pool.children for leaf in c.leaves) if pool.children else (pool,)
     return PoolTree(root, pools, {p.name: p for p in pools}, tuple(p for p in pools if p.is_leaf()))
 
 
