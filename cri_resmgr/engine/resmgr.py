@@ -578,22 +578,31 @@ class ResourceManager:
         """Tells the runtime the policy's current resources for these containers (lock
         held); one INFO line says what changed and why (`cause`: "creating NAME"...)."""
         batch = describe.UpdateBatch(cause)
+        # Per key only what an update needs: a pool change can name a thousand containers.
+        # The log line's collection is skipped when INFO is not written.
+        told = batch.add if log.isEnabledFor(logging.INFO) else None
+        containers, resources, applied = self._cache.containers, self._policy.resources, self._applied
+        dry_run, enforcer = self._options.dry_run, self._enforcer
         for key in keys:
-            c = self._cache.containers.get(key)
+            c = containers.get(key)
             if c is None or not c.id or c.released:
                 continue
-            target = self._policy.resources(key)
-            if target is None or self._applied.get(key) == target:
+            target = resources(key)
+            if target is None:
                 continue
-            if self._options.dry_run:
+            last = applied.get(key)
+            if last is target or last == target:  # a pool's members share one Resources
+                continue
+            if dry_run:
                 self._would(c.workload, target)
                 continue
-            self._applied[key] = target
-            if self._enforcer is not None:
+            applied[key] = target
+            if enforcer is not None:
                 linux = self._changed(c, target)
                 self._linux[key] = linux
-                self._enforcer.submit(c.id, linux, c.workload)
-            batch.add(c.workload, target)
+                enforcer.submit(c.id, linux, c.workload)
+            if told is not None:
+                told(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
         if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it

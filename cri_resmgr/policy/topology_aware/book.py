@@ -107,6 +107,15 @@ class Book:
         """A shared part of `milli` fits in the pool and every pool above it."""
         return all(self.shared[p] and (not milli or self.free_milli(p) >= milli) for p in pool.lineage())
 
+    def fitting(self, milli: int) -> dict[Pool, bool]:
+        """fits_shared(pool, milli) of every pool, each pool checked once (a parent's
+        answer is its children's lineage)."""
+        out: dict[Pool, bool] = {}
+        for p in self.tree.pools:  # pre-order: a parent before its children
+            out[p] = bool(self.shared[p]) and (not milli or self.free_milli(p) >= milli) and \
+                (p.parent is None or out[p.parent])
+        return out
+
     def headroom(self, pool: Pool) -> int:
         """The least free shared milli-CPU along the pool's lineage (negative: overcommitted)."""
         return min(self.free_milli(p) for p in pool.lineage())
@@ -129,14 +138,24 @@ class Book:
             free = free - self._keep(leaf, keep, mine)
         return free
 
-    def spare_count(self, pool: Pool, extra_milli: int = 0) -> int:
-        """len(spare(pool, extra_milli, mine)) whatever `mine`, without building the set: what
-        each leaf keeps is that many of its own unreserved shared CPUs (or all of them), and
-        the leaves are disjoint."""
-        free = self._unreserved(pool)
-        for leaf, keep in self._leaves_keeping(pool, extra_milli):
-            free -= min(keep, self._unreserved(leaf))
-        return free
+    def spare_counts(self, extra_milli: int = 0) -> dict[Pool, int]:
+        """len(spare(pool, extra_milli, mine)) of every pool, whatever `mine`, without building
+        a set: each leaf keeps that many of its own unreserved shared CPUs (or all of them),
+        the leaves are disjoint, and a pool's leaves are its children's (one pass, bottom up)."""
+        kept: dict[Pool, int] = {}  # what the leaves below keep (no newcomer)
+        out: dict[Pool, int] = {}
+        for pool in reversed(self.tree.pools):  # children before their parent
+            free = self._unreserved(pool)
+            if pool.children:
+                kept[pool] = below = sum(kept[c] for c in pool.children)
+                out[pool] = free - below
+            else:
+                kept[pool] = self._kept(pool, 0, free)
+                out[pool] = free - (self._kept(pool, extra_milli, free) if extra_milli else kept[pool])
+        return out
+
+    def _kept(self, leaf: Pool, extra_milli: int, unreserved: int) -> int:
+        return min(max(self.need(leaf, extra_milli) - len(leaf.reserved), 0), unreserved)
 
     def _unreserved(self, pool: Pool) -> int:
         """len(shared[pool] - pool.reserved), without the set."""
