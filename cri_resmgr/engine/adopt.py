@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from google.protobuf import json_format
-
 from cri_resmgr.bounded import clip
-from cri_resmgr.engine import classify
+from cri_resmgr.engine import classify, resdict
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.runtime import ContainerInfo, PodInfo, RuntimePort
 
@@ -113,7 +111,7 @@ async def _new_container(runtime: RuntimePort, c: ContainerInfo, pod: PodRecord,
         reserved_namespaces=reserved_namespaces)
     return ContainerRecord(key=key, pod_id=c.pod_id, name=c.name, workload=w, id=c.id,
                            state=_state(c),
-                           resources=json_format.MessageToDict(res, preserving_proto_field_name=True))
+                           resources=resdict.to_dict(res))
 
 
 def _state(c: ContainerInfo) -> str:

@@ -38,9 +38,12 @@ class _Encoded:
     changed in place: their dicts are values.)"""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        object.__setattr__(self, "_encoded", None)
-        table: RecordTable | None = self.__dict__.get("_table")
+        # The instance dict directly: a record's fields are plain ones (no descriptors), and
+        # a first start sets some 17 per container.
+        fields = self.__dict__
+        fields[name] = value
+        fields["_encoded"] = None
+        table: RecordTable | None = fields.get("_table")
         if table is not None:
             table.touch(self._key(), self)
 
@@ -125,6 +128,9 @@ class Cache:
         self.pods: Mapping[str, PodRecord] = MappingProxyType(self._pods)
         self.containers: Mapping[str, ContainerRecord] = MappingProxyType(self._containers)
         self._by_id: dict[str, str] = {}
+        # Each pod's containers by key, in the order they were added (a record's pod_id
+        # never changes): a pod's stop or resize reads its own few, not every container.
+        self._by_pod: dict[str, dict[str, ContainerRecord]] = {}
         self._pod_table = RecordTable()
         self._container_table = RecordTable()
         self._assignment_table = AssignmentTable()
@@ -142,7 +148,7 @@ class Cache:
         return self._containers.get(key) if key else None
 
     def of_pod(self, pod_id: str) -> list[ContainerRecord]:
-        return [c for c in self._containers.values() if c.pod_id == pod_id]
+        return list(self._by_pod.get(pod_id, {}).values())
 
     def __iter__(self) -> Iterator[ContainerRecord]:
         return iter(list(self._containers.values()))
@@ -182,7 +188,10 @@ class Cache:
             old._held_by(None)
             if old.id:
                 self._by_id.pop(old.id, None)
+        if old is not None and old.pod_id != c.pod_id:
+            self._drop_from_pod(old)
         self._containers[c.key] = c
+        self._by_pod.setdefault(c.pod_id, {})[c.key] = c
         self._container_table.put(c.key, c)
         c._held_by(self._container_table)
         if c.id:
@@ -196,11 +205,19 @@ class Cache:
     def remove_container(self, key: str) -> ContainerRecord | None:
         c = self._containers.pop(key, None)
         if c is not None:
+            self._drop_from_pod(c)
             c._held_by(None)
             self._container_table.drop(key)
             if c.id:
                 self._by_id.pop(c.id, None)
         return c
+
+    def _drop_from_pod(self, c: ContainerRecord) -> None:
+        of_pod = self._by_pod.get(c.pod_id)
+        if of_pod is not None:
+            of_pod.pop(c.key, None)
+            if not of_pod:
+                del self._by_pod[c.pod_id]
 
     # -- persistence ------------------------------------------------------------
 

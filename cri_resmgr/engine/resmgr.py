@@ -19,13 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-
 from cri_resmgr._proto import runtime_v1_pb2 as pb
 from cri_resmgr.bounded import clip
 from cri_resmgr.buckets import Histogram, HistogramSnapshot
 from cri_resmgr.config.schema import DEFAULT_RESERVED_NAMESPACES
-from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resize, timers
+from cri_resmgr.engine import adopt, classify, describe, podsize, realcpuset, resdict, resize, timers
 from cri_resmgr.engine.cache import Cache, ContainerRecord, PodRecord
 from cri_resmgr.engine.classes import ClassControl
 from cri_resmgr.engine.core import (
@@ -233,7 +231,7 @@ class ResourceManager:
                         write_cpuset(linux, decision.resources)
                         self._applied[key] = decision.resources
                         placed = decision.resources
-                record.resources = json_format.MessageToDict(linux, preserving_proto_field_name=True)
+                record.resources = resdict.to_dict(linux)
                 self._linux[key] = linux
                 changed |= set(decision.others)
         if decision is None:  # fail-open: created as it was asked, not tracked
@@ -435,7 +433,7 @@ class ResourceManager:
         keep: Resources | None = None
         if current is not None:
             merged = dict(c.resources)
-            merged.update(json_format.MessageToDict(linux, preserving_proto_field_name=True))
+            merged.update(resdict.to_dict(linux))
             c.resources = merged
             self._linux.pop(c.key, None)  # the dict is the truth again
             if not self._options.dry_run:
@@ -580,22 +578,31 @@ class ResourceManager:
         """Tells the runtime the policy's current resources for these containers (lock
         held); one INFO line says what changed and why (`cause`: "creating NAME"...)."""
         batch = describe.UpdateBatch(cause)
+        # Per key only what an update needs: a pool change can name a thousand containers.
+        # The log line's collection is skipped when INFO is not written.
+        told = batch.add if log.isEnabledFor(logging.INFO) else None
+        containers, resources, applied = self._cache.containers, self._policy.resources, self._applied
+        dry_run, enforcer = self._options.dry_run, self._enforcer
         for key in keys:
-            c = self._cache.containers.get(key)
+            c = containers.get(key)
             if c is None or not c.id or c.released:
                 continue
-            target = self._policy.resources(key)
-            if target is None or self._applied.get(key) == target:
+            target = resources(key)
+            if target is None:
                 continue
-            if self._options.dry_run:
+            last = applied.get(key)
+            if last is target or last == target:  # a pool's members share one Resources
+                continue
+            if dry_run:
                 self._would(c.workload, target)
                 continue
-            self._applied[key] = target
-            if self._enforcer is not None:
+            applied[key] = target
+            if enforcer is not None:
                 linux = self._changed(c, target)
                 self._linux[key] = linux
-                self._enforcer.submit(c.id, linux, c.workload)
-            batch.add(c.workload, target)
+                enforcer.submit(c.id, linux, c.workload)
+            if told is not None:
+                told(c.workload, target)
         if batch.count:
             log.info("%s", batch)  # its text only if written
         if self._cpu_classes is not None:  # the CPUs whose class this decision changed get it
@@ -614,17 +621,17 @@ class ResourceManager:
         send; `c.resources` follows. A copy of the message kept from the last change is
         changed, and the dict's cpuset values replaced (cheap); without a kept message
         (after a restart, after kubelet's own update) or when a cpuset key comes or
-        goes, the dict is parsed and re-encoded, which also restores json_format's key
-        order: the state file is what the round trip alone gave."""
-        linux = pb.LinuxContainerResources()
+        goes, the dict is parsed and re-encoded (engine/resdict.py: json_format's), which
+        also restores json_format's key order: the state file is what the round trip alone gave."""
         kept = self._linux.get(c.key)
         if kept is not None:
+            linux = pb.LinuxContainerResources()
             linux.CopyFrom(kept)
         else:
-            json_format.ParseDict(c.resources, linux, ignore_unknown_fields=True)
+            linux = resdict.from_dict(c.resources)
         write_cpuset(linux, target)
         fast = _with_cpuset(c.resources, linux) if kept is not None else None
-        c.resources = fast if fast is not None else json_format.MessageToDict(linux, preserving_proto_field_name=True)
+        c.resources = fast if fast is not None else resdict.to_dict(linux)
         return linux
 
     def _policy_failed(self, who: str, error: Exception) -> None:
@@ -703,7 +710,7 @@ class ResourceManager:
         if not gone and not new:
             return {"gone": 0, "adopted": 0, "resent": resent}
         adopted = 0
-        lines: list[tuple[Workload, str, describe.Placement]] = []
+        lines: list[ContainerRecord] = []  # adopted ones, for their log lines
         async with self._lock:
             changed: set[str] = set()
             for cid in gone:
@@ -722,7 +729,7 @@ class ResourceManager:
             self._saves.mark()
             self._rearm()
         if lines:
-            (later or _now)(lambda: _adopted_lines(lines))
+            (later or _now)(lambda: self._adopted_lines(lines))
         return {"gone": len(gone), "adopted": adopted, "resent": resent}
 
     async def _check_real(self, runtime: RuntimePort, running: list[str]) -> int:
@@ -805,10 +812,9 @@ class ResourceManager:
         """What the kernel enforces of a container whose cpuset a parent cgroup narrows (None: not so)."""
         return self._narrowed.get(key)
 
-    def _adopt(self, record: ContainerRecord, lines: list[tuple[Workload, str, describe.Placement]]) -> set[str]:
+    def _adopt(self, record: ContainerRecord, lines: list[ContainerRecord]) -> set[str]:
         """Places a running container the relay did not know (lock held); returns the keys
-        to sync. Its log line goes to `lines` (the policy's objects it names are never
-        changed once handed out: written later, it says what was decided now)."""
+        to sync. It goes to `lines` for its log line (`_adopted_lines`)."""
         w = record.workload
         try:
             decision, record.workload = self._allocate(w, lambda: dataclasses.replace(
@@ -822,9 +828,18 @@ class ResourceManager:
         if decision.warning:
             self._denied(record.workload, decision.warning)
         if decision.resources is not None and not self._options.dry_run:
-            lines.append((record.workload, record.id,
-                          describe.Placement(self._policy.assignment(record.key), decision.resources)))
+            lines.append(record)
         return {record.key} | set(decision.others)
+
+    def _adopted_lines(self, adopted: list[ContainerRecord]) -> None:
+        """One INFO line per adopted container, with what it holds now: the cpuset the
+        reconcile's updates gave it (a container adopted early shares a pool the later
+        ones shrank). Not under the lock: the policy's answers are plain reads."""
+        for c in adopted:
+            r = self._policy.resources(c.key)
+            if r is not None and not c.released:
+                log.info("adopted %s (%s): %s", c.workload, c.id[:12],
+                         describe.Placement(self._policy.assignment(c.key), r))
 
     # -- start-up and reconfiguration --------------------------------------------------
 
@@ -881,11 +896,6 @@ Later = Callable[[Callable[[], None]], None]
 
 def _now(work: Callable[[], None]) -> None:
     work()
-
-
-def _adopted_lines(lines: list[tuple[Workload, str, describe.Placement]]) -> None:
-    for w, cid, where in lines:
-        log.info("adopted %s (%s): %s", w, cid[:12], where)
 
 
 def _sized(w: Workload, size: tuple[int, int | None] | None) -> Workload:

@@ -69,6 +69,8 @@ class Member:
     # Fixed for EXCLUSIVE/RESERVED, kept current for MIXED, None for SHARED
     # (those read the book's one shared Resources).
     resources: Resources | None = None
+    # MIXED: the memory nodes of its exclusive CPUs, for its resources on each pool change.
+    exclusive_nodes: frozenset[int] = frozenset()
 
 
 def memory_nodes(topology: Topology) -> dict[int, frozenset[int]]:
@@ -98,24 +100,21 @@ def memory_nodes(topology: Topology) -> dict[int, frozenset[int]]:
 class MemsOf:
     """cpuset_mems for a cpuset: the NUMA nodes of its CPUs, kernel list syntax."""
 
-    _LIMIT = 4096  # distinct cpusets remembered; bounded so churn cannot grow it
-
     def __init__(self, topology: Topology) -> None:
         memory_of = memory_nodes(topology)
-        self._mems_of = {cpu: memory_of[info.node] for cpu, info in topology.cpus.items()}
-        self._by_cpus: dict[frozenset[int], frozenset[int]] = {}
+        by_node: dict[int, set[int]] = {}
+        for cpu, info in topology.cpus.items():
+            by_node.setdefault(info.node, set()).add(cpu)
+        # Each CPU node's CPUs and the memory nodes they take memory from: a cpuset's
+        # nodes are found per node, not per CPU (a shared pool of thousands of CPUs is
+        # asked about on every change of it). isdisjoint walks the smaller set and stops
+        # at the first CPU in common, so a node the set touches costs a lookup or two.
+        self._nodes = [(frozenset(cpus), memory_of[node]) for node, cpus in by_node.items()]
         self._text: dict[frozenset[int], str] = {}
 
     def nodes(self, cpus: CPUSet) -> frozenset[int]:
         key = cpus.as_frozenset()
-        nodes = self._by_cpus.get(key)
-        if nodes is None:
-            mems_of = self._mems_of
-            nodes = frozenset().union(*(mems_of[c] for c in key))
-            if len(self._by_cpus) >= self._LIMIT:
-                self._by_cpus.clear()
-            self._by_cpus[key] = nodes
-        return nodes
+        return frozenset().union(*(mems for node_cpus, mems in self._nodes if not node_cpus.isdisjoint(key)))
 
     def text(self, nodes: frozenset[int]) -> str:
         text = self._text.get(nodes)
@@ -144,7 +143,8 @@ class Book:
         self.used: CPUSet = CPUSet()  # all exclusive CPUs of all members
         self._base, self._reserved = shared, reserved  # for `emptied`
         self.shared = shared
-        self.shared_resources = self.mems.resources(shared)
+        self._shared_nodes = self.mems.nodes(shared)
+        self.shared_resources = self._resources(shared, self._shared_nodes)
         self.reserved_resources = self.mems.resources(reserved) if reserved else None
 
     # -- queries -------------------------------------------------------------------
@@ -171,6 +171,7 @@ class Book:
 
     def add(self, key: str, kind: Kind, pool: str, exclusive: CPUSet = CPUSet()) -> Resources:
         """Record a member; returns its resources. Exclusive CPUs must be free."""
+        exclusive_nodes: frozenset[int] = frozenset()
         if kind is Kind.SHARED:
             resources = None
             self._shared_keys[key] = None
@@ -181,13 +182,14 @@ class Book:
         elif kind is Kind.EXCLUSIVE:
             resources = self.mems.resources(exclusive)
         else:
-            resources = self._mixed_resources(exclusive)
+            exclusive_nodes = self.mems.nodes(exclusive)
+            resources = self._mixed_resources(exclusive, exclusive_nodes)
             self._mixed_keys[key] = None
         if exclusive:
             if not self.used.isdisjoint(exclusive):
                 raise ValueError(f"CPUs {self.used & exclusive} are already exclusive")
             self.used = self.used | exclusive
-        member = Member(kind, pool, exclusive, Assignment(pool=pool, exclusive=exclusive), resources)
+        member = Member(kind, pool, exclusive, Assignment(pool=pool, exclusive=exclusive), resources, exclusive_nodes)
         self.members[key] = member
         self._assignments[key] = member.assignment
         return self.shared_resources if resources is None else resources
@@ -208,26 +210,30 @@ class Book:
         if shared == self.shared:
             return
         self.shared = shared
-        self.shared_resources = res = self.mems.resources(shared)
+        self._shared_nodes = self.mems.nodes(shared)
+        self.shared_resources = res = self._resources(shared, self._shared_nodes)
         if others is not None and self._shared_keys:
             others.update(dict.fromkeys(self._shared_keys, res))
         members = self.members
         for key in self._mixed_keys:
             member = members[key]
-            member.resources = self._mixed_resources(member.exclusive)
+            member.resources = self._mixed_resources(member.exclusive, member.exclusive_nodes)
             if others is not None:
                 others[key] = member.resources
 
     def emptied(self) -> Book:
         """A new book with no members and the shared pool it started with (the memory-node
-        cache shared); this one is left as it is."""
+        table shared); this one is left as it is."""
         return Book(self.mems, self._base, self._reserved)
 
-    def _mixed_resources(self, exclusive: CPUSet) -> Resources:
-        mems = self.mems
-        cpus = exclusive | self.shared
-        nodes = mems.nodes(exclusive) | mems.nodes(self.shared)
-        return Resources(cpuset_cpus=cpus, cpuset_mems=mems.text(nodes))
+    def _resources(self, cpus: CPUSet, nodes: frozenset[int]) -> Resources:
+        return Resources(cpuset_cpus=cpus, cpuset_mems=self.mems.text(nodes))
+
+    def _mixed_resources(self, exclusive: CPUSet, exclusive_nodes: frozenset[int]) -> Resources:
+        # Both sets' nodes are known (the pool's once per change of it), so each MIXED
+        # member costs the union of its CPUs alone; `shared | exclusive`, big set first,
+        # copies the pool's table instead of inserting its CPUs one by one into a small set.
+        return self._resources(self.shared | exclusive, exclusive_nodes | self._shared_nodes)
 
 
 def option_bool(options: Mapping[str, object], name: str, section: str, default: bool = False) -> bool:

@@ -66,6 +66,33 @@ def test_remove_pod_drops_its_containers(tmp_path):
     assert c.by_id("cid1") is None and c.containers == {}
 
 
+def test_of_pod_follows_adds_removes_replacements_and_loads(tmp_path):
+    c = _filled(tmp_path)
+    w = c.containers["p1:c:0"].workload
+
+    def record(key: str, pod: str, cid: str = "") -> ContainerRecord:
+        return ContainerRecord(key=key, pod_id=pod, name=key, workload=w, id=cid)
+
+    for key, pod in (("p2:a:0", "p2"), ("p1:d:0", "p1"), ("p2:b:0", "p2")):
+        c.add_container(record(key, pod))
+    assert [r.key for r in c.of_pod("p1")] == ["p1:c:0", "p1:d:0"]  # in the order added
+    assert [r.key for r in c.of_pod("p2")] == ["p2:a:0", "p2:b:0"]
+    again = record("p2:a:0", "p2", "cid2")  # a retried create: the same key, a new record
+    c.add_container(again)
+    assert c.of_pod("p2") == [again, c.containers["p2:b:0"]]
+    c.remove_container("p1:c:0")
+    assert [r.key for r in c.of_pod("p1")] == ["p1:d:0"]
+    assert [r.key for r in c.remove_pod("p2")] == ["p2:a:0", "p2:b:0"]
+    assert c.of_pod("p2") == [] and c.of_pod("nope") == []
+    c.add_container(record("p1:c:0", "p1", "cid1"))
+    c.save("static", {})
+    fresh = Cache(tmp_path)
+    fresh.add_container(record("p3:x:0", "p3"))  # dropped by the load, as the rest of its records
+    fresh.load()
+    assert [r.key for r in fresh.of_pod("p1")] == ["p1:c:0"]
+    assert fresh.of_pod("p3") == []
+
+
 def _plain_state(c: Cache, policy: str, assignments: dict) -> bytes:
     """The state file as the relay wrote it before saves reused each record's JSON:
     one json.dumps of the whole state, from its records' fields."""

@@ -68,4 +68,6 @@ def test_each_adopted_containers_line_comes_after_the_synchronize_reply(workdir:
     replied = next(i for i, m in enumerate(lines) if "synchronized: 2 containers get new CPUs" in m)
     adopted = [i for i, m in enumerate(lines) if "cri_resmgr.engine.resmgr: adopted " in m]
     assert len(adopted) == 2 and min(adopted) > replied, "\n".join(lines)
-    assert any("adopted default/pod-pg:ctr-g1 (g1): exclusive CPUs" in m for m in lines), "\n".join(lines)
+    assert any("adopted default/pod-pg:ctr-g1 (g1): exclusive CPUs 2-3" in m for m in lines), "\n".join(lines)
+    # what it holds once the reconcile is done, not before the exclusive container shrank its pool
+    assert any("adopted default/pod-pa:ctr-a1 (a1): shared CPUs 0-1,4-7" in m for m in lines), "\n".join(lines)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain, islice
 
 from cri_resmgr.policy.api import Resources, Workload
 from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
@@ -53,6 +54,12 @@ class Book:
                  cores: Mapping[int, CPUSet] | None = None) -> None:
         self.tree = tree
         self.cores = cores or {}  # CPU -> the CPUs of its core (SMT siblings); empty: no SMT known
+        self._cores = {cpu: core.as_frozenset() for cpu, core in self.cores.items()}
+        # Leaf -> its CPUs, higher cores (by their lowest CPU) first, a core's higher threads first.
+        def core_first(cpu: int) -> tuple[int, int]:
+            return (self.cores[cpu].min() if cpu in self.cores else cpu, cpu)
+
+        self._order = {leaf: sorted(leaf.cpus, key=core_first, reverse=True) for leaf in tree.leaves}
         self.reserved = reserved
         self.pin_cpu = pin_cpu
         self.pin_memory = pin_memory
@@ -100,6 +107,15 @@ class Book:
         """A shared part of `milli` fits in the pool and every pool above it."""
         return all(self.shared[p] and (not milli or self.free_milli(p) >= milli) for p in pool.lineage())
 
+    def fitting(self, milli: int) -> dict[Pool, bool]:
+        """fits_shared(pool, milli) of every pool, each pool checked once (a parent's
+        answer is its children's lineage)."""
+        out: dict[Pool, bool] = {}
+        for p in self.tree.pools:  # pre-order: a parent before its children
+            out[p] = bool(self.shared[p]) and (not milli or self.free_milli(p) >= milli) and \
+                (p.parent is None or out[p.parent])
+        return out
+
     def headroom(self, pool: Pool) -> int:
         """The least free shared milli-CPU along the pool's lineage (negative: overcommitted)."""
         return min(self.free_milli(p) for p in pool.lineage())
@@ -119,17 +135,27 @@ class Book:
         (those it held and their cores' free threads): the shared members keep them last."""
         free = self.shared[pool] - pool.reserved
         for leaf, keep in self._leaves_keeping(pool, extra_milli):
-            free = free - self._keep(self.shared[leaf] - leaf.reserved, keep, mine)
+            free = free - self._keep(leaf, keep, mine)
         return free
 
-    def spare_count(self, pool: Pool, extra_milli: int = 0) -> int:
-        """len(spare(pool, extra_milli, mine)) whatever `mine`, without building the set: what
-        each leaf keeps is that many of its own unreserved shared CPUs (or all of them), and
-        the leaves are disjoint."""
-        free = self._unreserved(pool)
-        for leaf, keep in self._leaves_keeping(pool, extra_milli):
-            free -= min(keep, self._unreserved(leaf))
-        return free
+    def spare_counts(self, extra_milli: int = 0) -> dict[Pool, int]:
+        """len(spare(pool, extra_milli, mine)) of every pool, whatever `mine`, without building
+        a set: each leaf keeps that many of its own unreserved shared CPUs (or all of them),
+        the leaves are disjoint, and a pool's leaves are its children's (one pass, bottom up)."""
+        kept: dict[Pool, int] = {}  # what the leaves below keep (no newcomer)
+        out: dict[Pool, int] = {}
+        for pool in reversed(self.tree.pools):  # children before their parent
+            free = self._unreserved(pool)
+            if pool.children:
+                kept[pool] = below = sum(kept[c] for c in pool.children)
+                out[pool] = free - below
+            else:
+                kept[pool] = self._kept(pool, 0, free)
+                out[pool] = free - (self._kept(pool, extra_milli, free) if extra_milli else kept[pool])
+        return out
+
+    def _kept(self, leaf: Pool, extra_milli: int, unreserved: int) -> int:
+        return min(max(self.need(leaf, extra_milli) - len(leaf.reserved), 0), unreserved)
 
     def _unreserved(self, pool: Pool) -> int:
         """len(shared[pool] - pool.reserved), without the set."""
@@ -143,19 +169,23 @@ class Book:
             if keep > 0:
                 yield leaf, keep
 
-    def _keep(self, cpus: CPUSet, keep: int, mine: CPUSet | None = None) -> CPUSet:
+    def _keep(self, leaf: Pool, keep: int, mine: CPUSet | None = None) -> CPUSet:
+        """`keep` of the leaf's unreserved shared CPUs for its shared members: those not in
+        `mine` first, stray threads (their core not all shared) before whole cores, higher
+        cores before lower ones (the leaf's static order, `_order`)."""
+        cpus = self.shared[leaf] - leaf.reserved
         if keep >= len(cpus):
             return cpus
-        cores = self.cores
-        last = mine or CPUSet()
-        if not cores:
-            return CPUSet(sorted(cpus, key=lambda cpu: (cpu in last, -cpu))[:keep])
-
-        def order(cpu: int) -> tuple[bool, bool, int, int]:
-            core = cores.get(cpu) or CPUSet([cpu])
-            return (cpu in last, core <= cpus, -core.min(), -cpu)  # stray threads first, then high cores
-
-        return CPUSet(sorted(cpus, key=order)[:keep])
+        have = cpus.as_frozenset()
+        last = mine.as_frozenset() if mine else frozenset()
+        cores = self._cores
+        # (not mine, stray), (not mine, whole core), (mine, stray), (mine, whole core)
+        buckets: tuple[list[int], ...] = ([], [], [], [])
+        for cpu in self._order[leaf]:
+            if cpu in have:
+                core = cores.get(cpu)
+                buckets[2 * (cpu in last) + (core is None or core <= have)].append(cpu)
+        return CPUSet(islice(chain(*buckets), keep))
 
     def can_take(self, pool: Pool, cpus: CPUSet, extra_milli: int) -> bool:
         """Taking `cpus` leaves every pool losing them enough for its shared members
@@ -163,12 +193,13 @@ class Book:
         for p in self.tree.pools:
             if p.sharable.isdisjoint(cpus):
                 continue
-            left = self.shared[p] - cpus
+            shared = self.shared[p]
+            left = len(shared) - len(shared & cpus)
             extra = extra_milli if p is pool or p in pool.ancestors else 0
             need = self.milli[p] + extra
             if (self.parts[p] or extra or p.parent is None) and not left:
                 return False
-            if 1000 * len(left) < need:
+            if 1000 * left < need:
                 return False
         return True
 
@@ -186,7 +217,7 @@ class Book:
                 if not self.used.isdisjoint(m.exclusive):
                     raise ValueError(f"CPUs {self.used & m.exclusive} are already exclusive")
                 self.used = self.used | m.exclusive
-                self._shift(m.exclusive, others)
+                self._shift(m.exclusive, True, others)
         self.members[m.key] = m
         self._account(m, +1)
         return self._settle(m)
@@ -201,7 +232,7 @@ class Book:
                 self.used_isolated = self.used_isolated - m.exclusive
             else:
                 self.used = self.used - m.exclusive
-                self._shift(m.exclusive, others)
+                self._shift(m.exclusive, False, others)
         return m
 
     def set_memory(self, m: Member, mem_pool: Pool, kinds: tuple[str, ...]) -> Resources:
@@ -255,13 +286,15 @@ class Book:
             for p in m.mem_pool.lineage():
                 self.memory[p.name] += sign * m.request.memory
 
-    def _shift(self, changed: CPUSet, others: dict[str, Resources]) -> None:
-        """Exclusive CPUs `changed` were taken or returned: update every pool they are
-        shared CPUs of, and report its shared members."""
+    def _shift(self, changed: CPUSet, taken: bool, others: dict[str, Resources]) -> None:
+        """Exclusive CPUs `changed` were taken (or returned): update every pool they are
+        shared CPUs of, and report its shared members. The pool's shared CPUs lose (or get
+        back) those, which costs what changed, not the pool's size as `sharable - used`."""
         for pool in self.tree.pools:
             if pool.sharable.isdisjoint(changed):
                 continue
-            self.shared[pool] = pool.sharable - self.used
+            shared = self.shared[pool]
+            self.shared[pool] = shared - changed if taken else shared | (changed & pool.sharable)
             self._res[pool] = {}
             groups = self._groups[pool]
             for mems in groups:

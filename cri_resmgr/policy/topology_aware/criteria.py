@@ -21,9 +21,10 @@ from cri_resmgr.policy.topology_aware.pooltree import Pool
 __all__ = ["Candidate", "Criterion", "CRITERIA", "rank", "best", "explain"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Candidate:
-    """A pool that can take the container, and what placing it there would leave."""
+    """A pool that can take the container, and what placing it there would leave (made
+    for every pool at each decision: plain slots, not frozen, which costs twice as much)."""
 
     pool: Pool
     memory_fits: bool = True  # its memory request fits the pool's own free memory
@@ -99,7 +100,8 @@ CRITERIA: tuple[Criterion, ...] = (
 
 def rank(candidates: Iterable[Candidate], criteria: Sequence[Criterion] = CRITERIA) -> list[Candidate]:
     """Best first."""
-    return sorted(candidates, key=lambda c: tuple(fn(c) for _, fn in criteria), reverse=True)
+    fns = [fn for _, fn in criteria]
+    return sorted(candidates, key=lambda c: tuple([fn(c) for fn in fns]), reverse=True)
 
 
 def best(candidates: Iterable[Candidate], criteria: Sequence[Criterion] = CRITERIA) -> Candidate | None:

@@ -57,7 +57,8 @@ class Placer:
             warning = (f"{NAME}: {w} ({w.short_key}) wants {plural(req.exclusive, 'exclusive CPU')} but no pool "
                        f"can give {'it' if req.exclusive == 1 else 'them'}; running it on shared CPUs")
             req = replace(req, cls=CPUClass.SHARED, exclusive=0, shared_milli=w.cpu_request)
-        pools = [p for p in book.tree.pools if p.allows(req.level) and book.fits_shared(p, req.shared_milli)]
+        fits = book.fitting(req.shared_milli)
+        pools = [p for p in book.tree.pools if p.allows(req.level) and fits[p]]
         if req.cpu_limit:
             pools = [p for p in pools if book.headroom(p) >= req.cpu_limit] or \
                 [p for p in pools if p.parent is None] or pools
@@ -91,17 +92,19 @@ class Placer:
         # Every pool is ranked by how many CPUs it could give; the CPUs themselves are
         # worked out only for the pools tried, best first (usually the first one).
         options: list[tuple[Candidate, CPUSet | None]] = []
+        fits = book.fitting(fraction) if fraction else None
+        spare = book.spare_counts(fraction)
         for pool in book.tree.pools:
-            if not pool.allows(req.level) or (fraction and not book.fits_shared(pool, fraction)):
+            if not pool.allows(req.level) or (fits is not None and not fits[pool]):
                 continue
-            free_isolated = pool.isolated - book.used_isolated
-            if req.prefer_isolated and len(free_isolated) >= n:
-                cand = self._candidate(pool, req, affinity, 0, len(free_isolated) - n)
-                options.append((replace(cand, isolated=True), free_isolated))
-                continue
-            spare = book.spare_count(pool, fraction)
-            if spare >= n:
-                options.append((self._candidate(pool, req, affinity, 1000 * n, spare - n), None))
+            if req.prefer_isolated:
+                free_isolated = pool.isolated - book.used_isolated
+                if len(free_isolated) >= n:
+                    cand = self._candidate(pool, req, affinity, 0, len(free_isolated) - n)
+                    options.append((replace(cand, isolated=True), free_isolated))
+                    continue
+            if spare[pool] >= n:
+                options.append((self._candidate(pool, req, affinity, 1000 * n, spare[pool] - n), None))
         order = {id(c): free for c, free in options}
         for cand in rank(c for c, _ in options):
             free = order[id(cand)]
