@@ -16,10 +16,13 @@ against a brute-force reference):
 * a spill into another group takes whole cores there, not a stray thread;
 * among equally good placements, the one that leaves the largest free blocks.
 
-How: cpushape.py turns the Topology into core and group numbers once,
-cpuplacer.py narrows a request group by group and picks cores, and
-cpucriteria.py holds the preferences as a short ordered list of named
-criteria. The allocator holds no allocation state: the caller owns the free
+How: cpushape.py turns the Topology into core and group numbers (and their
+CPUs as bitmasks) once, cpuplacer.py narrows a request group by group and
+picks cores, cpucriteria.py holds the preferences as a short ordered list of
+named criteria, and cpusymmetry.py says which idle groups are built alike, so
+that one of them is tried for all. Free threads are counted (popcounts of
+the free set's bitmask) only in the groups the walk looks at: on a 4096-CPU
+machine a small request reads a few nodes' cores, not every CPU. The allocator holds no allocation state: the caller owns the free
 set. Same inputs give the same output.
 
 Kubelet's options: `full_pcpus_only` (whole cores only, n a multiple of the

@@ -60,7 +60,7 @@ def place(state: FreeState, cores: Sequence[int] | None, n: int, levels: Sequenc
         return place(state, cores, n, rest, criteria, spread)
     free = state.free
     fitting = [g for g in part_free if part_free[g] >= n]
-    if len(fitting) > 1:
+    if len(fitting) > 1 and criteria is CRITERIA:  # (CRITERIA score twins alike: cpusymmetry.py)
         fitting = untwinned(state, level, fitting, part_free)
     if fitting:
         best: Ranked | None = None
