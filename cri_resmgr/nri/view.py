@@ -59,18 +59,20 @@ def attempt(c: api.Container) -> int:
 
 def cri_resources(r: api.LinuxResources) -> pb.LinuxContainerResources:
     """NRI's LinuxResources as CRI's LinuxContainerResources (the fields the engine reads)."""
+    cpu = r.cpu
     return pb.LinuxContainerResources(
-        cpu_period=r.cpu.period.value, cpu_quota=max(r.cpu.quota.value, 0), cpu_shares=r.cpu.shares.value,
-        memory_limit_in_bytes=max(r.memory.limit.value, 0), cpuset_cpus=r.cpu.cpus, cpuset_mems=r.cpu.mems)
+        cpu_period=cpu.period.value, cpu_quota=max(cpu.quota.value, 0), cpu_shares=cpu.shares.value,
+        memory_limit_in_bytes=max(r.memory.limit.value, 0), cpuset_cpus=cpu.cpus, cpuset_mems=cpu.mems)
 
 
 
 
 def cpuset_update(container_id: str, linux: pb.LinuxContainerResources) -> api.ContainerUpdate:
     """An update of the fields a policy owns: the cpuset's CPUs and memory nodes."""
-    cpu = api.LinuxCPU(cpus=linux.cpuset_cpus, mems=linux.cpuset_mems)
-    return api.ContainerUpdate(container_id=container_id,
-                               linux=api.LinuxContainerUpdate(resources=api.LinuxResources(cpu=cpu)))
+    update = api.ContainerUpdate(container_id=container_id)
+    cpu = update.linux.resources.cpu  # set in place: nested constructors copy each level
+    cpu.cpus, cpu.mems = linux.cpuset_cpus, linux.cpuset_mems
+    return update
 
 
 def container_info(c: api.Container) -> ContainerInfo:
