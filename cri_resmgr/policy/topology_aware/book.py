@@ -64,6 +64,9 @@ class Book:
         self.pin_cpu = pin_cpu
         self.pin_memory = pin_memory
         self.members: dict[str, Member] = {}
+        # The members in a cold start (cold_until set when added), in the order of `members`:
+        # the engine asks for the next deadline after every call.
+        self.cold: dict[str, Member] = {}
         self.used = CPUSet()  # exclusive CPUs taken from shared ones
         self.used_isolated = CPUSet()
         pools = tree.pools
@@ -219,6 +222,8 @@ class Book:
                 self.used = self.used | m.exclusive
                 self._shift(m.exclusive, True, others)
         self.members[m.key] = m
+        if m.cold_until is not None:
+            self.cold[m.key] = m
         self._account(m, +1)
         return self._settle(m)
 
@@ -226,6 +231,7 @@ class Book:
         m = self.members.pop(key, None)
         if m is None:
             return None
+        self.cold.pop(key, None)
         self._account(m, -1)
         if m.exclusive:
             if m.from_isolated:
