@@ -13,9 +13,9 @@ so a pool's update is a dict.fromkeys however many containers it has.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain
 
 from cri_resmgr.policy.api import Resources, Workload
 from cri_resmgr.policy.topology_aware.classes import CPUClass, Request
@@ -54,16 +54,25 @@ class Book:
                  cores: Mapping[int, CPUSet] | None = None) -> None:
         self.tree = tree
         self.cores = cores or {}  # CPU -> the CPUs of its core (SMT siblings); empty: no SMT known
-        self._cores = {cpu: core.as_frozenset() for cpu, core in self.cores.items()}
-        # Leaf -> its CPUs, higher cores (by their lowest CPU) first, a core's higher threads first.
+        # For _keep, built once: every CPU of a core with a CPU in the tree -> that core, each
+        # leaf's CPUs of those cores, and each CPU's place in the order its leaf keeps them
+        # (higher cores, by their lowest CPU, first; a core's higher threads first).
+        self._core_of = {x: core.as_frozenset() for cpu, core in self.cores.items() if cpu in tree.root.cpus
+                         for x in core}
+        self._leaf_cores = {leaf: frozenset().union(*(self._core_of.get(c, ()) for c in leaf.cpus))
+                            for leaf in tree.leaves}
+
         def core_first(cpu: int) -> tuple[int, int]:
             return (self.cores[cpu].min() if cpu in self.cores else cpu, cpu)
 
-        self._order = {leaf: sorted(leaf.cpus, key=core_first, reverse=True) for leaf in tree.leaves}
+        self._place = {cpu: i for i, cpu in enumerate(sorted(tree.root.cpus, key=core_first, reverse=True))}
         self.reserved = reserved
         self.pin_cpu = pin_cpu
         self.pin_memory = pin_memory
         self.members: dict[str, Member] = {}
+        # The members in a cold start (cold_until set when added), in the order of `members`:
+        # the engine asks for the next deadline after every call.
+        self.cold: dict[str, Member] = {}
         self.used = CPUSet()  # exclusive CPUs taken from shared ones
         self.used_isolated = CPUSet()
         pools = tree.pools
@@ -172,20 +181,26 @@ class Book:
     def _keep(self, leaf: Pool, keep: int, mine: CPUSet | None = None) -> CPUSet:
         """`keep` of the leaf's unreserved shared CPUs for its shared members: those not in
         `mine` first, stray threads (their core not all shared) before whole cores, higher
-        cores before lower ones (the leaf's static order, `_order`)."""
+        cores before lower ones (`_place`). Set operations, and one sort of the group where
+        `keep` runs out."""
         cpus = self.shared[leaf] - leaf.reserved
         if keep >= len(cpus):
             return cpus
         have = cpus.as_frozenset()
-        last = mine.as_frozenset() if mine else frozenset()
-        cores = self._cores
-        # (not mine, stray), (not mine, whole core), (mine, stray), (mine, whole core)
-        buckets: tuple[list[int], ...] = ([], [], [], [])
-        for cpu in self._order[leaf]:
-            if cpu in have:
-                core = cores.get(cpu)
-                buckets[2 * (cpu in last) + (core is None or core <= have)].append(cpu)
-        return CPUSet(islice(chain(*buckets), keep))
+        last = mine.as_frozenset() & have if mine else frozenset()
+        # A stray thread's core has a CPU the leaf does not share now (exclusive, reserved,
+        # isolated, or not the leaf's): the cores of the CPUs missing from `have`.
+        core_of = self._core_of
+        stray = have.intersection(frozenset().union(*(core_of[c] for c in self._leaf_cores[leaf] - have)))
+        whole = have - stray
+        kept: list[Iterable[int]] = []
+        for group in (stray - last, whole - last, stray & last, whole & last):
+            if len(group) >= keep:
+                kept.append(sorted(group, key=self._place.__getitem__)[:keep])
+                break
+            kept.append(group)
+            keep -= len(group)
+        return CPUSet(chain(*kept))
 
     def can_take(self, pool: Pool, cpus: CPUSet, extra_milli: int) -> bool:
         """Taking `cpus` leaves every pool losing them enough for its shared members
@@ -219,6 +234,8 @@ class Book:
                 self.used = self.used | m.exclusive
                 self._shift(m.exclusive, True, others)
         self.members[m.key] = m
+        if m.cold_until is not None:
+            self.cold[m.key] = m
         self._account(m, +1)
         return self._settle(m)
 
@@ -226,6 +243,7 @@ class Book:
         m = self.members.pop(key, None)
         if m is None:
             return None
+        self.cold.pop(key, None)
         self._account(m, -1)
         if m.exclusive:
             if m.from_isolated:

@@ -174,15 +174,16 @@ class TopologyAwarePolicy(ExclusiveTuning):
 
     def next_deadline(self) -> float | None:
         """The wall-clock time the next cold start ends; None when none is pending."""
-        times = [m.cold_until for m in self._book.members.values() if m.cold_until is not None]
+        times = [m.cold_until for m in self._book.cold.values() if m.cold_until is not None]
         return min(times) if times else None
 
     def expire(self, now: float) -> Decision:
         """Ends the cold starts due by `now`: their memory moves to DRAM."""
         others: dict[str, Resources] = {}
-        for m in list(self._book.members.values()):
+        for m in list(self._book.cold.values()):
             if m.cold_until is not None and m.cold_until <= now:
                 m.cold_until = None
+                del self._book.cold[m.key]
                 mem_pool, kinds = self._placer.warm_kinds(m)
                 others[m.key] = self._book.set_memory(m, mem_pool, kinds)
         return Decision(others=others)
