@@ -22,8 +22,9 @@ picks cores, cpucriteria.py holds the preferences as a short ordered list of
 named criteria, and cpusymmetry.py says which idle groups are built alike, so
 that one of them is tried for all. Free threads are counted (popcounts of
 the free set's bitmask) only in the groups the walk looks at: on a 4096-CPU
-machine a small request reads a few nodes' cores, not every CPU. The allocator holds no allocation state: the caller owns the free
-set. Same inputs give the same output.
+machine a small request reads a few nodes' cores, not every CPU. The
+allocator holds no allocation state: the caller owns the free set. Same
+inputs give the same output.
 
 Kubelet's options: `full_pcpus_only` (whole cores only, n a multiple of the
 threads per core) and `distribute_across_numa` (a multi-node request split

@@ -6,8 +6,7 @@ import random
 import pytest
 
 from cri_resmgr.simulate.shape import topology_of
-from cri_resmgr.topology import CPUInfo, NumaNode, Topology
-from cri_resmgr.topology import cpuplacer
+from cri_resmgr.topology import CPUInfo, NumaNode, Topology, cpuplacer
 from cri_resmgr.topology.cpuallocator import AllocationError, CPUAllocator
 from cri_resmgr.topology.cpuset import CPUSet
 from cri_resmgr.topology.cpushape import Shape
