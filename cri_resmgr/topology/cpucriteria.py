@@ -45,11 +45,11 @@ class FreeState:
         `idle`: the caller knows every thread of them is free."""
         free, size = self.free, self.shape.size
         if idle:
-            free.update(zip(cores, map(size.__getitem__, cores)))
+            free.update(zip(cores, map(size.__getitem__, cores), strict=True))
             return list(cores)
         mask, masks = self.mask, self.shape.core_mask
         counts = [(mask & masks[c]).bit_count() for c in cores]
-        free.update(zip(cores, counts))
+        free.update(zip(cores, counts, strict=True))
         return [c for c, k in zip(cores, counts, strict=True) if k]
 
     def is_whole(self, core: int) -> bool:
