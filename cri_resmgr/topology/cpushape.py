@@ -33,7 +33,8 @@ class Shape:
     """Cores (as sorted CPU id tuples) and, per level, each core's group number."""
 
     __slots__ = ("topology", "cores", "core_of", "size", "group_of", "group_size",
-                 "group_packages", "members", "core_mask", "group_mask", "group_order", "levels", "threads", "_twins", "_splitting")
+                 "group_packages", "members", "core_mask", "group_mask", "group_order", "levels", "threads",
+                 "_twins", "_splitting")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
