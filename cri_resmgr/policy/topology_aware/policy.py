@@ -226,7 +226,10 @@ class TopologyAwarePolicy(ExclusiveTuning):
                 mems=book.mems_text(pool.nodes(("dram",))), containers=tuple(m.key for m in mine),
                 requested_milli=sum(m.workload.cpu_request for m in mine)))
         root = self._tree.root
-        free = (root.sharable - root.reserved - book.used) | (root.isolated - book.used_isolated)
+        # What a container could still get: not the CPUs each leaf keeps for its own shared
+        # members (book.spare), which no exclusive container is given (reported free, the
+        # simulator judged a split forced by them as one a whole core was free for).
+        free = book.spare(root) | (root.isolated - book.used_isolated)
         shared = book.shared[root]
         if shared and shared.issubset(free):
             free = free - CPUSet([max(shared)])  # the root keeps one shared CPU
