@@ -102,19 +102,18 @@ class MemsOf:
 
     def __init__(self, topology: Topology) -> None:
         memory_of = memory_nodes(topology)
-        by_node: dict[int, set[int]] = {}
+        by_node: dict[int, int] = {}
         for cpu, info in topology.cpus.items():
-            by_node.setdefault(info.node, set()).add(cpu)
-        # Each CPU node's CPUs and the memory nodes they take memory from: a cpuset's
-        # nodes are found per node, not per CPU (a shared pool of thousands of CPUs is
-        # asked about on every change of it). isdisjoint walks the smaller set and stops
-        # at the first CPU in common, so a node the set touches costs a lookup or two.
-        self._nodes = [(frozenset(cpus), memory_of[node]) for node, cpus in by_node.items()]
+            by_node[info.node] = by_node.get(info.node, 0) | 1 << cpu
+        # Each CPU node's CPUs (a bitmask, CPUSet.as_mask) and the memory nodes they take
+        # memory from: a cpuset's nodes are an AND per node, not a lookup per CPU (a shared
+        # pool of thousands of CPUs is asked about on every change of it).
+        self._nodes = [(cpus, memory_of[node]) for node, cpus in by_node.items()]
         self._text: dict[frozenset[int], str] = {}
 
     def nodes(self, cpus: CPUSet) -> frozenset[int]:
-        key = cpus.as_frozenset()
-        return frozenset().union(*(mems for node_cpus, mems in self._nodes if not node_cpus.isdisjoint(key)))
+        mask = cpus.as_mask()
+        return frozenset().union(*(mems for node_cpus, mems in self._nodes if node_cpus & mask))
 
     def text(self, nodes: frozenset[int]) -> str:
         text = self._text.get(nodes)
@@ -231,8 +230,7 @@ class Book:
 
     def _mixed_resources(self, exclusive: CPUSet, exclusive_nodes: frozenset[int]) -> Resources:
         # Both sets' nodes are known (the pool's once per change of it), so each MIXED
-        # member costs the union of its CPUs alone; `shared | exclusive`, big set first,
-        # copies the pool's table instead of inserting its CPUs one by one into a small set.
+        # member costs the union of its CPUs alone.
         return self._resources(self.shared | exclusive, exclusive_nodes | self._shared_nodes)
 
 

@@ -16,11 +16,15 @@ against a brute-force reference):
 * a spill into another group takes whole cores there, not a stray thread;
 * among equally good placements, the one that leaves the largest free blocks.
 
-How: cpushape.py turns the Topology into core and group numbers once,
-cpuplacer.py narrows a request group by group and picks cores, and
-cpucriteria.py holds the preferences as a short ordered list of named
-criteria. The allocator holds no allocation state: the caller owns the free
-set. Same inputs give the same output.
+How: cpushape.py turns the Topology into core and group numbers (and their
+CPUs as bitmasks) once, cpuplacer.py narrows a request group by group and
+picks cores, cpucriteria.py holds the preferences as a short ordered list of
+named criteria, and cpusymmetry.py says which idle groups are built alike, so
+that one of them is tried for all. Free threads are counted (popcounts of
+the free set's bitmask) only in the groups the walk looks at: on a 4096-CPU
+machine a small request reads a few nodes' cores, not every CPU. The
+allocator holds no allocation state: the caller owns the free set. Same
+inputs give the same output.
 
 Kubelet's options: `full_pcpus_only` (whole cores only, n a multiple of the
 threads per core) and `distribute_across_numa` (a multi-node request split
@@ -71,7 +75,7 @@ class CPUAllocator:
                  distribute_across_numa: bool = False,
                  criteria: tuple[Criterion, ...] = CRITERIA) -> None:
         self._topology = topology
-        self._online = topology.online.as_frozenset()
+        self._online = topology.online.as_mask()
         self._shape = Shape(topology)
         self._full_pcpus_only = full_pcpus_only
         self._spread: frozenset[Level] = frozenset({"node"}) if distribute_across_numa else frozenset()
@@ -96,61 +100,65 @@ class CPUAllocator:
         """
         if type(n) is not int or n < 0:
             raise ValueError(f"number of CPUs to allocate must be a non-negative int, got {n!r}")
-        free_set = _frozen(free, "free")
-        unknown = free_set - self._online
+        # Bitmasks of CPU ids (CPUSet.as_mask): the set algebra of a 4096-CPU machine
+        # is then a few words per 64 CPUs.
+        free_set = _mask(free, "free")
+        unknown = free_set & ~self._online
         if unknown:
-            raise ValueError(f"free set contains CPUs that are not online: {CPUSet._wrap(unknown)}")
+            raise ValueError(f"free set contains CPUs that are not online: {CPUSet.of_mask(unknown)}")
         if self._full_pcpus_only:
             free_set = self._whole_cores(free_set, n)
-        if n > len(free_set):
-            raise AllocationError(n, len(free_set), CPUSet._wrap(free_set))
+        available = free_set.bit_count()
+        if n > available:
+            raise AllocationError(n, available, CPUSet.of_mask(free_set))
         if n == 0:
             return CPUSet()
         if prefer is not None:
-            preferred = free_set & _frozen(prefer, "prefer")
-            if len(preferred) >= n:
-                return CPUSet._wrap(self._take(preferred, n))
+            preferred = free_set & _mask(prefer, "prefer")
+            count = preferred.bit_count()
+            if count >= n:
+                return CPUSet.of_mask(self._take(preferred, n))
             if preferred:
-                rest = self._take(free_set - preferred, n - len(preferred))
-                return CPUSet._wrap(preferred | rest)
-        return CPUSet._wrap(self._take(free_set, n))
+                rest = self._take(free_set & ~preferred, n - count)
+                return CPUSet.of_mask(preferred | rest)
+        return CPUSet.of_mask(self._take(free_set, n))
 
     def release(self, free: CPUSet, cpus: CPUSet) -> CPUSet:
         """Return the free set after giving `cpus` back; they must be online and not free."""
-        back = _frozen(cpus, "cpus")
-        free_set = _frozen(free, "free")
-        unknown = back - self._online
+        back = _mask(cpus, "cpus")
+        free_set = _mask(free, "free")
+        unknown = back & ~self._online
         if unknown:
-            raise ValueError(f"cannot release CPUs that are not online: {CPUSet._wrap(unknown)}")
+            raise ValueError(f"cannot release CPUs that are not online: {CPUSet.of_mask(unknown)}")
         twice = back & free_set
         if twice:
-            raise ValueError(f"cannot release CPUs that are already free: {CPUSet._wrap(twice)}")
-        return CPUSet._wrap(free_set | back)
+            raise ValueError(f"cannot release CPUs that are already free: {CPUSet.of_mask(twice)}")
+        return CPUSet.of_mask(free_set | back)
 
-    def _whole_cores(self, free: frozenset[int], n: int) -> frozenset[int]:
+    def _whole_cores(self, free: int, n: int) -> int:
         """full_pcpus_only: only CPUs of whole free cores count, and n must fill cores."""
         threads = self._shape.threads
         if n % threads:
-            raise AlignmentError(n, len(free), CPUSet._wrap(free),
+            raise AlignmentError(n, free.bit_count(), CPUSet.of_mask(free),
                                  f"cannot allocate {n} CPUs with full_pcpus_only: not a multiple "
                                  f"of {threads} threads per core")
-        shape = self._shape
-        return frozenset(cpu for core in shape.cores if free.issuperset(core) for cpu in core)
+        whole = 0
+        for core in self._shape.core_mask:
+            if free & core == core:
+                whole |= core
+        return whole
 
-    def _take(self, free: frozenset[int], n: int) -> frozenset[int]:
+    def _take(self, free: int, n: int) -> int:
         shape = self._shape
-        counts = [0] * len(shape.cores)
-        core_of = shape.core_of
-        for cpu in free:
-            counts[core_of[cpu]] += 1
-        state = FreeState(shape, counts)
-        cores = [c for c, k in enumerate(counts) if k]
-        pick = place(state, cores, n, shape.levels, self._criteria, self._spread)
-        taken: list[int] = []
+        pick = place(FreeState(shape, free), None, n, shape.levels, self._criteria, self._spread)
+        taken = 0
         for core, k in pick.items():
             # Within a core: the lowest free thread ids.
-            taken.extend([cpu for cpu in shape.cores[core] if cpu in free][:k])
-        return frozenset(taken)
+            for cpu in shape.cores[core]:
+                if k and free >> cpu & 1:
+                    taken |= 1 << cpu
+                    k -= 1
+        return taken
 
 
 def allocate(topology: Topology, free: CPUSet, n: int, prefer: CPUSet | None = None) -> CPUSet:
@@ -158,10 +166,10 @@ def allocate(topology: Topology, free: CPUSet, n: int, prefer: CPUSet | None = N
     return CPUAllocator(topology).allocate(free, n, prefer)
 
 
-def _frozen(cpus: CPUSet | Iterable[int], what: str) -> frozenset[int]:
+def _mask(cpus: CPUSet | Iterable[int], what: str) -> int:
     if isinstance(cpus, CPUSet):
-        return cpus.as_frozenset()
+        return cpus.as_mask()
     try:
-        return CPUSet(cpus).as_frozenset()
+        return CPUSet(cpus).as_mask()
     except (TypeError, ValueError) as err:
         raise ValueError(f"bad {what} CPU set {cpus!r}: {err}") from None

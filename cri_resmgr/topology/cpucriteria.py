@@ -9,7 +9,7 @@ function so that a test can check it on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from cri_resmgr.topology.cpushape import Shape
 from cri_resmgr.topology.model import Level
@@ -21,26 +21,41 @@ Pick = dict[int, int]  # core number -> threads taken from it
 
 
 class FreeState:
-    """Free threads per core and (lazily) per group, for one allocation call."""
+    """The free CPUs of one allocation call (a bitmask of CPU ids), with the free
+    threads per core and per group counted when first asked for: a request looks at
+    a few groups' worth of cores, a big machine has thousands."""
 
-    __slots__ = ("shape", "free", "_group_free")
+    __slots__ = ("shape", "mask", "free", "_group_free")
 
-    def __init__(self, shape: Shape, free: list[int]) -> None:
+    def __init__(self, shape: Shape, mask: int) -> None:
         self.shape = shape
-        self.free = free  # core number -> free threads
-        self._group_free: dict[Level, list[int]] = {}
+        self.mask = mask
+        self.free = _Counted(mask, shape.core_mask)  # core number -> free threads
+        self._group_free: dict[Level, _Counted] = {}
 
-    def group_free(self, level: Level) -> list[int]:
+    def group_free(self, level: Level) -> Mapping[int, int]:
+        """Group number -> free threads in it."""
         counts = self._group_free.get(level)
         if counts is None:
-            counts = [0] * len(self.shape.group_size[level])
-            for core, g in enumerate(self.shape.group_of[level]):
-                counts[g] += self.free[core]
-            self._group_free[level] = counts
+            counts = self._group_free[level] = _Counted(self.mask, self.shape.group_mask[level])
         return counts
 
     def is_whole(self, core: int) -> bool:
         return self.free[core] == self.shape.size[core]
+
+
+class _Counted(dict[int, int]):
+    """Index -> the free CPUs among masks[index], counted on first use."""
+
+    __slots__ = ("_free", "_masks")
+
+    def __init__(self, free: int, masks: tuple[int, ...]) -> None:
+        super().__init__()
+        self._free, self._masks = free, masks
+
+    def __missing__(self, index: int) -> int:
+        count = self[index] = (self._free & self._masks[index]).bit_count()
+        return count
 
 
 Criterion = Callable[[FreeState, Pick], object]

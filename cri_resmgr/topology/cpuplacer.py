@@ -5,6 +5,8 @@ level the current cores are split by group:
 
 * if some groups can hold the whole request, each of them is tried (the rest
   of the walk runs inside it) and the criteria (cpucriteria.CRITERIA) choose;
+  of idle groups built alike, only the first (cpusymmetry.py: the others
+  would score the same and lose on the lowest ids);
   at the soft levels (clusters, L2) not narrowing at all is one more candidate;
 * if none can, the request spans the fewest groups possible: idle groups no
   bigger than what is still needed first, then the fullest, and the last one
@@ -21,31 +23,45 @@ from collections.abc import Sequence
 
 from cri_resmgr.topology.cpucriteria import CRITERIA, Criterion, FreeState, Pick, Ranked
 from cri_resmgr.topology.cpushape import SOFT_LEVELS
+from cri_resmgr.topology.cpusymmetry import untwinned
 from cri_resmgr.topology.model import Level
 
 __all__ = ["place", "pick_cores", "whole_core_amount", "even_split"]
 
 
-def place(state: FreeState, cores: Sequence[int], n: int, levels: Sequence[Level],
+def place(state: FreeState, cores: Sequence[int] | None, n: int, levels: Sequence[Level],
           criteria: tuple[Criterion, ...] = CRITERIA, spread: frozenset[Level] = frozenset()) -> Pick:
-    """Choose n threads among `cores` (core numbers with free threads, ascending).
+    """Choose n threads among `cores` (core numbers with free threads, ascending;
+    None: every core of the machine with free threads).
 
     `spread`: levels at which a request that needs several groups is split
     evenly over them (kubelet's distribute-cpus-across-numa) instead of filling
     whole groups first.
     """
     if not levels:
-        return pick_cores(state, cores, n)
+        return pick_cores(state, _listed(state, cores), n)
     level, rest = levels[0], levels[1:]
-    of_core = state.shape.group_of[level]
-    parts: dict[int, list[int]] = {}
-    for c in cores:
-        parts.setdefault(of_core[c], []).append(c)
-    if len(parts) == 1:
+    parts: dict[int, list[int]]
+    if cores is None:
+        # The whole machine: each group's free threads are a popcount; its cores are
+        # listed only if the walk goes into it.
+        group_free = state.group_free(level)
+        part_free = {g: group_free[g] for g in state.shape.group_order[level] if group_free[g]}
+        parts = _Members(state, level)
+    else:
+        of_core = state.shape.group_of[level]
+        parts = {}
+        for c in cores:
+            parts.setdefault(of_core[c], []).append(c)
+        part_free = {g: sum(map(state.free.__getitem__, members)) for g, members in parts.items()}
+    if len(part_free) == 1:
+        if cores is None:  # all the free threads are in this group: list only its cores
+            cores = parts[next(iter(part_free))]
         return place(state, cores, n, rest, criteria, spread)
     free = state.free
-    part_free = {g: sum(free[c] for c in members) for g, members in parts.items()}
-    fitting = [g for g in parts if part_free[g] >= n]
+    fitting = [g for g in part_free if part_free[g] >= n]
+    if len(fitting) > 1 and criteria is CRITERIA:  # (CRITERIA score twins alike: cpusymmetry.py)
+        fitting = untwinned(state, level, fitting, part_free)
     if fitting:
         best: Ranked | None = None
         if level in SOFT_LEVELS:
@@ -62,11 +78,12 @@ def place(state: FreeState, cores: Sequence[int], n: int, levels: Sequence[Level
     # Spanning several groups here: staying inside one group of a later level
     # (one package for a two-node request) may still be possible. Try each
     # such group as the whole domain and let the criteria choose.
+    listed = _listed(state, cores) if any(later not in SOFT_LEVELS for later in rest) else ()
     for later in rest:
         if later in SOFT_LEVELS:
             continue
         by_group: dict[int, list[int]] = {}
-        for c in cores:
+        for c in listed:
             by_group.setdefault(state.shape.group_of[later][c], []).append(c)
         if len(by_group) == 1:
             continue
@@ -76,6 +93,28 @@ def place(state: FreeState, cores: Sequence[int], n: int, levels: Sequence[Level
                 if candidate < best:
                     best = candidate
     return best.pick
+
+
+class _Members(dict[int, list[int]]):
+    """Group number -> its cores with free threads, listed when first asked for."""
+
+    __slots__ = ("_state", "_level")
+
+    def __init__(self, state: FreeState, level: Level) -> None:
+        super().__init__()
+        self._state, self._level = state, level
+
+    def __missing__(self, group: int) -> list[int]:
+        free = self._state.free
+        cores = self[group] = [c for c in self._state.shape.members[self._level][group] if free[c]]
+        return cores
+
+
+def _listed(state: FreeState, cores: Sequence[int] | None) -> Sequence[int]:
+    if cores is not None:
+        return cores
+    free = state.free
+    return [c for c in range(len(state.shape.cores)) if free[c]]
 
 
 def _spill(state: FreeState, level: Level, parts: dict[int, list[int]], part_free: dict[int, int],
@@ -98,7 +137,7 @@ def _fewest_groups(state: FreeState, level: Level, parts: dict[int, list[int]],
     idle ones first, then the fullest, staying in few packages; the last by best fit."""
     shape = state.shape
     sizes, packages = shape.group_size[level], shape.group_packages[level]
-    remaining = sorted(parts, key=lambda g: (-part_free[g], g))
+    remaining = sorted(part_free, key=lambda g: (-part_free[g], g))
     need = n
     chosen: list[int] = []
     in_packages: set[int] = set()

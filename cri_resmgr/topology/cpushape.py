@@ -9,7 +9,12 @@ number at every level.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cri_resmgr.topology.model import Level, Topology
+
+if TYPE_CHECKING:
+    from cri_resmgr.topology.cpusymmetry import Twin
 
 __all__ = ["Shape", "CONTAINMENT", "SOFT_LEVELS", "SPAN_LEVELS"]
 
@@ -28,7 +33,7 @@ class Shape:
     """Cores (as sorted CPU id tuples) and, per level, each core's group number."""
 
     __slots__ = ("topology", "cores", "core_of", "size", "group_of", "group_size",
-                 "group_packages", "levels", "threads")
+                 "group_packages", "members", "core_mask", "group_mask", "group_order", "levels", "threads", "_twins")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -55,7 +60,31 @@ class Shape:
             for core, g in enumerate(of_core):
                 touched[g].add(packages[core])
             self.group_packages[level] = tuple(frozenset(t) for t in touched)
+        # Each group's cores, ascending: a group's free threads are a sum over these.
+        self.members: dict[Level, tuple[tuple[int, ...], ...]] = {}
+        for level, of_core in self.group_of.items():
+            cores: list[list[int]] = [[] for _ in self.group_size[level]]
+            for core, g in enumerate(of_core):
+                cores[g].append(core)
+            self.members[level] = tuple(tuple(c) for c in cores)
+        # The same as bitmasks of CPU ids (CPUSet.as_mask): a free count is a popcount.
+        self.core_mask: tuple[int, ...] = tuple(sum(1 << cpu for cpu in core) for core in self.cores)
+        self.group_mask: dict[Level, tuple[int, ...]] = {
+            level: tuple(g.as_mask() for g in topology.groups(level)) for level in self.group_of}
+        # Groups in the order of their first core (a walk over the cores meets them so).
+        self.group_order: dict[Level, tuple[int, ...]] = {
+            level: tuple(sorted(range(len(m)), key=lambda g, m=m: m[g][0] if m[g] else len(self.cores)))  # type: ignore[misc]
+            for level, m in self.members.items()}
         self.levels = self._narrowing_levels()
+        self._twins: dict[Level, tuple[Twin, ...]] = {}
+
+    def twins(self, level: Level) -> tuple[Twin, ...]:
+        """Per group of `level`: which groups it is interchangeable with while idle
+        (cpusymmetry.py), worked out on first use."""
+        found = self._twins.get(level)
+        if found is None:
+            found = self._twins[level] = idle_twins(self, level)
+        return found
 
     def _narrowing_levels(self) -> tuple[Level, ...]:
         """The containment levels that actually split something, in CONTAINMENT order.
@@ -79,6 +108,12 @@ class Shape:
             seen.add(key)
             out.append(level)
         return tuple(out)
+
+
+def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
+    from cri_resmgr.topology.cpusymmetry import idle_twins as find  # it builds on Shape
+
+    return find(shape, level)
 
 
 def _canonical(of_core: tuple[int, ...]) -> tuple[int, ...]:

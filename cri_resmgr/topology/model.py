@@ -165,6 +165,8 @@ class Topology:
         # The threads of a core are its sibling set, whatever the core ids say.
         self._cores = _group(by_id.values(), lambda c: c.siblings.min())
         self._node_cpus = {nid: n.cpus for nid, n in self._nodes.items()}
+        # (node, bitmask of its CPUs), ascending: nodes_of is a few ANDs, not a walk of the CPUs.
+        self._node_masks = tuple((nid, cpus.as_mask()) for nid, cpus in sorted(self._node_cpus.items()) if cpus)
         self._levels: dict[Level, tuple[CPUSet, ...]] = {}
         self._check_siblings()
 
@@ -352,8 +354,14 @@ class Topology:
         return self.cpu(cpu).node
 
     def nodes_of(self, cpus: Iterable[int]) -> tuple[int, ...]:
-        """Distinct nodes of the given CPUs, ascending."""
-        return tuple(sorted({self.cpu(c).node for c in cpus}))
+        """Distinct nodes of the given CPUs, ascending (KeyError for one not online)."""
+        if not isinstance(cpus, CPUSet):
+            return tuple(sorted({self.cpu(c).node for c in cpus}))
+        mask = cpus.as_mask()
+        stray = mask ^ (mask & self._online.as_mask())
+        if stray:
+            self.cpu(CPUSet.of_mask(stray).min())  # raises, naming it
+        return tuple(nid for nid, cpu_mask in self._node_masks if cpu_mask & mask)
 
     def package_node_ids(self, package: int) -> tuple[int, ...]:
         """CPU nodes with at least one CPU in `package`."""

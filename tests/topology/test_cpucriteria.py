@@ -20,9 +20,7 @@ from tests.topology.shapes import machine
 
 
 def state_of(topo, free):
-    shape = Shape(topo)
-    counts = [len(set(core) & set(CPUSet(free))) for core in shape.cores]
-    return FreeState(shape, counts)
+    return FreeState(Shape(topo), CPUSet(free).as_mask())
 
 
 @pytest.fixture(scope="module")

@@ -136,3 +136,43 @@ def test_text_is_made_once_and_belongs_to_its_set():
     assert str(more) == format_cpulist(list(range(0, 4096, 3)) + [1]) and str(cpus) is text
     assert str(CPUSet.parse(" 0-2,\n5 ")) == "0-2,5"  # canonical, not the text given
     assert str(pickle.loads(pickle.dumps(cpus))) == text
+
+
+def test_algebra_and_order_agree_with_frozensets_on_big_sparse_sets():
+    import random
+
+    rng = random.Random(37)
+    for _ in range(200):
+        a = frozenset(rng.sample(range(0, 8192, rng.choice([1, 2, 3, 7])), rng.choice([0, 1, 5, 30, 900])))
+        b = frozenset(rng.sample(range(0, 8192), rng.choice([0, 1, 25, 3000])))
+        x, y = CPUSet(a), CPUSet(b)
+        assert list(x) == sorted(a) and len(x) == len(a) and bool(x) == bool(a)
+        assert (x | y).as_frozenset() == a | b and (x & y).as_frozenset() == a & b
+        assert (x - y).as_frozenset() == a - b and (x ^ y).as_frozenset() == a ^ b
+        assert (x <= y, x < y, x >= y, x > y) == (a <= b, a < b, a >= b, a > b)
+        assert x.isdisjoint(b) == a.isdisjoint(b) and x.issubset(a | b) and (x | y).issuperset(b)
+        assert x.union(b, [1]) == CPUSet(a | b | {1}) and x.difference(b) == CPUSet(a - b)
+        if a:
+            assert (x.min(), x.max()) == (min(a), max(a))
+        assert CPUSet(str(x)) == x and CPUSet.of_mask(x.as_mask()) == x and hash(CPUSet(sorted(a))) == hash(x)
+        probe = rng.randrange(8200)
+        assert (probe in x) == (probe in a)
+
+
+def test_ids_past_the_largest_possible_cpu_are_refused_from_any_source():
+    with pytest.raises(ValueError, match="16384"):
+        CPUSet([1, 16384])
+    with pytest.raises(ValueError, match="16384"):
+        CPUSet(range(16385))
+    with pytest.raises(ValueError, match="16384"):
+        CPUSet("16384")
+    assert len(CPUSet(range(16384))) == 16384
+
+
+def test_bad_ids_in_a_long_list_are_named():
+    with pytest.raises(ValueError, match="'x'"):
+        CPUSet([*range(100), "x"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="-1"):
+        CPUSet([*range(100), -1])
+    with pytest.raises(ValueError, match="True"):
+        CPUSet([*range(100), True])

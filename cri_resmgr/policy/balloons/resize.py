@@ -28,7 +28,6 @@ from cri_resmgr.policy.api import Decision, ResizeError, Workload
 from cri_resmgr.policy.balloons.assign import Balloon, type_for
 from cri_resmgr.policy.balloons.isolation import dedicated, reclaim
 from cri_resmgr.policy.resize import by_replacing
-from cri_resmgr.topology.cpuset import CPUSet
 
 if TYPE_CHECKING:
     from cri_resmgr.policy.balloons.book import Book
@@ -96,7 +95,7 @@ def _whole_enough(book: Book, b: Balloon, n: int) -> bool:
         after = (b.cpus - given) | new
         if len(after - near.whole_cores(after)) <= size % threads:
             return True
-    whole = near.whole_cores(book.free - CPUSet(near.beside_reserved))
+    whole = near.whole_cores(book.free - near.beside_reserved)
     return len(whole) < size - size % threads
 
 

@@ -60,7 +60,7 @@ class Nearness:
         # balloons take them last.
         reserved = reserved or CPUSet()
         beside = {c for r in reserved for c in self.core_of.get(r, CPUSet([r])) if c not in reserved}
-        self.beside_reserved = frozenset(beside | (topology.isolated - reserved).as_frozenset())
+        self.beside_reserved = CPUSet(beside) | (topology.isolated - reserved)
         self._kinds: dict[str, CPUSet] = {}
         for kind in ("performance", "efficiency"):
             self._kinds[kind] = CPUSet(c for c, info in topology.cpus.items() if info.kind == kind)
@@ -82,16 +82,14 @@ class Nearness:
         of = self._group_of.get(level)
         if not of:
             return None
-        seen: set[int] = set()
-        groups: list[CPUSet] = []
+        seen = 0  # a bitmask of CPU ids (CPUSet.as_mask): a group's CPUs join in one step
         for cpu in cpus:
-            if cpu in seen:
+            if seen >> cpu & 1:
                 continue
             group = of.get(cpu)
             if group is not None:
-                groups.append(group)
-                seen.update(group)
-        return CPUSet(seen) if groups else CPUSet()
+                seen |= group.as_mask()
+        return CPUSet.of_mask(seen)
 
     def near_regions(self, cpus: CPUSet) -> list[CPUSet]:
         """The groups around `cpus`, closest first: core, L3, die, node, package, ordered by
@@ -146,7 +144,7 @@ class Nearness:
         else:
             node = self.start_node(free, n, prefer, balance)
             own = self.topology.node_cpus(node)
-            usable = (free & own) - CPUSet(self.beside_reserved)
+            usable = (free & own) - self.beside_reserved
             if not spread and len(usable) >= n:
                 # A new balloon in one node: the allocator packs it on the fewest cores
                 # (whole cores first, a remainder on a thread left over beside another).
@@ -155,30 +153,33 @@ class Nearness:
             origin = (node,)
         layers += [[ring] for ring in self._distance_rings(origin)]
         layers.append([self.topology.online])
-        beside = self.beside_reserved
-        chosen: set[int] = set()
-        remaining = set(free)
+        # Bitmasks of CPU ids (CPUSet.as_mask): on a 4096-CPU machine the layers are
+        # thousands of CPUs, intersected and subtracted dozens of times per balloon.
+        beside = self.beside_reserved.as_mask()
+        held = current.as_mask()
+        chosen = 0
+        remaining = free.as_mask()
         for last in (False, True):  # the threads beside reserved CPUs only when nothing else is left
             for layer in layers:
                 for tier in range(3):
                     for region in layer:
-                        need = n - len(chosen)
+                        need = n - chosen.bit_count()
                         if need == 0:
-                            return CPUSet(chosen)
-                        here = region.as_frozenset() & remaining
-                        cands = (here & beside) if last else (here - beside)
+                            return CPUSet.of_mask(chosen)
+                        here = region.as_mask() & remaining
+                        cands = (here & beside) if last else (here ^ (here & beside))
                         if not cands:
                             continue
-                        group = self._tier(cands, tier, current.as_frozenset() | frozenset(chosen), remaining, spread)
+                        group = self._tier(cands, tier, held | chosen, remaining, spread)
                         if not group:
                             continue
-                        took = (group if len(group) <= need else
-                                self.allocator.allocate(CPUSet(group), need, prefer).as_frozenset())
+                        took = (group if group.bit_count() <= need else
+                                self.allocator.allocate(CPUSet.of_mask(group), need, prefer).as_mask())
                         chosen |= took
-                        remaining -= took
-        if len(chosen) < n:  # (cannot happen: every free CPU is in the last layer)
+                        remaining ^= took  # took is part of remaining
+        if chosen.bit_count() < n:  # (cannot happen: every free CPU is in the last layer)
             raise AllocationError(n, len(free), free)
-        return CPUSet(chosen)
+        return CPUSet.of_mask(chosen)
 
     def inflate_whole(self, free: CPUSet, current: CPUSet, n: int) -> tuple[CPUSet, CPUSet] | None:
         """`n` more CPUs for a dedicated balloon (its containers' own CPUs) holding `current`,
@@ -191,7 +192,7 @@ class Nearness:
         keep = self.whole_cores(current)
         strays = current - keep
         own = CPUSet().union(*(self.topology.node_cpus(x) for x in self.topology.nodes_of(current)))
-        usable = (free & own) - CPUSet(self.beside_reserved)
+        usable = (free & own) - self.beside_reserved
         want = len(current) + n - len(keep)
         pool = usable | strays
         if len(pool) < want:
@@ -202,41 +203,40 @@ class Nearness:
         chosen = self.allocator.allocate(pool, want, CPUSet(completing | halves) if completing else None)
         return chosen - current, strays - chosen
 
-    def _tier(self, cands: frozenset[int], tier: int, base: frozenset[int], free: set[int],
-              spread: bool) -> frozenset[int]:
+    def _tier(self, cands: int, tier: int, base: int, free: int, spread: bool) -> int:
         """The candidates of preference `tier` (0 best) for a balloon holding `base`: packed,
         0 its own cores' free threads, 1 whole free cores, 2 strays; spread, 0 one thread of
-        each whole free core, 1 strays, 2 the rest (own cores' threads)."""
+        each whole free core, 1 strays, 2 the rest (own cores' threads). All are bitmasks."""
         core_of = self.core_of
         out = []
-        for c in cands:
+        for c in CPUSet.of_mask(cands):
             core = core_of.get(c)
             if core is None or len(core) == 1:
                 rank = 0 if spread else 1  # no SMT: a whole core
             else:
-                cpus = core.as_frozenset()
-                kind = _OWN if not cpus.isdisjoint(base) else (_WHOLE if cpus <= free else _STRAY)
+                cpus = core.as_mask()
+                kind = _OWN if cpus & base else (_WHOLE if cpus & free == cpus else _STRAY)
                 if not spread:
                     rank = kind
                 elif kind == _WHOLE:
-                    rank = 0 if c == min(cpus) else 2
+                    rank = 0 if c == core.min() else 2
                 else:
                     rank = 1 if kind == _STRAY else 2
             if rank == tier:
                 out.append(c)
-        return frozenset(out)
+        return CPUSet(out).as_mask()
 
     def _distance_rings(self, origin: tuple[int, ...]) -> list[CPUSet]:
         """The CPUs of the other nodes, grouped by their distance from the nearest of
         `origin`, nearest group first."""
         topo = self.topology
-        by: dict[int, set[int]] = {}
+        by: dict[int, int] = {}  # distance -> a bitmask of the CPUs
         for node in topo.cpu_node_ids():
             if node in origin:
                 continue
             d = min(topo.distance(o, node) for o in origin)
-            by.setdefault(d, set()).update(topo.node_cpus(node))
-        return [CPUSet(by[d]) for d in sorted(by)]
+            by[d] = by.get(d, 0) | topo.node_cpus(node).as_mask()
+        return [CPUSet.of_mask(by[d]) for d in sorted(by)]
 
     def start_node(self, free: CPUSet, n: int, prefer: CPUSet | None, balance: bool) -> int:
         """Where a new balloon of `n` CPUs starts. balance (AllocatorTopologyBalancing): the
@@ -247,7 +247,7 @@ class Nearness:
         machine stay idle."""
         topo = self.topology
         pool = (free & prefer) if prefer and (free & prefer) else free
-        usable = pool - CPUSet(self.beside_reserved)
+        usable = pool - self.beside_reserved
         candidates = []
         for node in topo.cpu_node_ids():
             cpus = topo.node_cpus(node)

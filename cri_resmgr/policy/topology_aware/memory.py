@@ -103,7 +103,7 @@ def _shown(value: str, limit: int = 60) -> str:
 
 def available_kinds(pool: Pool, kinds: tuple[str, ...]) -> tuple[str, ...]:
     """The requested kinds the pool has memory of."""
-    return tuple(k for k in kinds if pool.memory.get(k))
+    return pool.kinds_held(kinds)
 
 
 def memory_pool(pool: Pool, kinds: tuple[str, ...], request: int, used: Mapping[str, int],

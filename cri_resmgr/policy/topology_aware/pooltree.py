@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import product
 
 from cri_resmgr.policy.pools import memory_nodes
 from cri_resmgr.topology import Topology
@@ -60,6 +61,9 @@ class Pool:
     cpu_nodes: frozenset[int] = frozenset()
     memory: dict[str, frozenset[int]] = field(default_factory=dict)  # kind -> memory nodes
     capacity: dict[str, int] = field(default_factory=dict)  # kind -> bytes
+    # Every ordered subset of KINDS (what a request names) -> its bytes and the kinds held:
+    # asked of every pool at each decision.
+    by_kinds: dict[tuple[str, ...], tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     ancestors: tuple[Pool, ...] = ()  # parent first, root last
     leaves: tuple[Pool, ...] = ()  # the leaves of its subtree (itself, if one), pre-order
 
@@ -90,7 +94,13 @@ class Pool:
         return frozenset().union(*(self.memory.get(k, frozenset()) for k in kinds))
 
     def memory_bytes(self, kinds: tuple[str, ...]) -> int:
-        return sum(self.capacity.get(k, 0) for k in kinds)
+        held = self.by_kinds.get(kinds)
+        return held[0] if held is not None else sum(self.capacity.get(k, 0) for k in kinds)
+
+    def kinds_held(self, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        """The requested kinds the pool has memory of."""
+        held = self.by_kinds.get(kinds)
+        return held[1] if held is not None else tuple(k for k in kinds if self.memory.get(k))
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,10 @@ class PoolTree:
     def get(self, name: str) -> Pool | None:
         return self.by_name.get(name)
 
+
+# Every ordered subset of KINDS: the memory kinds a request can name.
+_KIND_SETS = [tuple(k for k, on in zip(KINDS, bits, strict=True) if on)
+              for bits in product((False, True), repeat=len(KINDS))]
 
 # Level order for groups of equal CPUs: the first names the pool.
 _RANK = {"root": 0, "package": 1, "die": 2, "node": 3, "l3": 4}
@@ -216,3 +230,5 @@ def _memory(pool: Pool, topology: Topology, dram_of: dict[int, frozenset[int]],
     pool.memory = {k: frozenset(v) for k, v in by_kind.items()}
     pool.capacity = {k: sum(topology.nodes[n].memory_kb * 1024 for n in v if n in topology.nodes)
                      for k, v in by_kind.items()}
+    pool.by_kinds = {kinds: (sum(pool.capacity.get(k, 0) for k in kinds), tuple(k for k in kinds if pool.memory.get(k)))
+                     for kinds in _KIND_SETS}
