@@ -40,6 +40,18 @@ class FreeState:
             counts = self._group_free[level] = _Counted(self.mask, self.shape.group_mask[level])
         return counts
 
+    def with_free(self, cores: tuple[int, ...] | range, idle: bool = False) -> list[int]:
+        """Those of `cores` with free threads, each counted at once (not one lookup each);
+        `idle`: the caller knows every thread of them is free."""
+        free, size = self.free, self.shape.size
+        if idle:
+            free.update(zip(cores, map(size.__getitem__, cores), strict=True))
+            return list(cores)
+        mask, masks = self.mask, self.shape.core_mask
+        counts = [(mask & masks[c]).bit_count() for c in cores]
+        free.update(zip(cores, counts, strict=True))
+        return [c for c, k in zip(cores, counts, strict=True) if k]
+
     def is_whole(self, core: int) -> bool:
         return self.free[core] == self.shape.size[core]
 

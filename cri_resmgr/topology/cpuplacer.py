@@ -69,7 +69,8 @@ def place(state: FreeState, cores: Sequence[int] | None, n: int, levels: Sequenc
             # ignoring this level, and let the criteria weigh it against cores.
             best = Ranked(state, place(state, cores, n, rest, criteria, spread), criteria)
         for g in fitting:
-            candidate = Ranked(state, place(state, parts[g], n, rest, criteria, spread), criteria)
+            inside = state.shape.splitting(level, g, tuple(rest))
+            candidate = Ranked(state, place(state, parts[g], n, inside, criteria, spread), criteria)
             if best is None or candidate < best:
                 best = candidate
         assert best is not None
@@ -105,16 +106,16 @@ class _Members(dict[int, list[int]]):
         self._state, self._level = state, level
 
     def __missing__(self, group: int) -> list[int]:
-        free = self._state.free
-        cores = self[group] = [c for c in self._state.shape.members[self._level][group] if free[c]]
+        state, level = self._state, self._level
+        idle = state.group_free(level)[group] == state.shape.group_size[level][group]
+        cores = self[group] = state.with_free(state.shape.members[level][group], idle)
         return cores
 
 
 def _listed(state: FreeState, cores: Sequence[int] | None) -> Sequence[int]:
     if cores is not None:
         return cores
-    free = state.free
-    return [c for c in range(len(state.shape.cores)) if free[c]]
+    return state.with_free(range(len(state.shape.cores)))
 
 
 def _spill(state: FreeState, level: Level, parts: dict[int, list[int]], part_free: dict[int, int],
@@ -227,32 +228,35 @@ def pick_cores(state: FreeState, cores: Sequence[int], n: int) -> Pick:
     left over on used cores, fewest first; only then break an untouched core,
     the smallest that holds the rest.
     """
-    free = state.free
+    free, size = state.free, state.shape.size
     pick: Pick = {}
     need = n
-    whole = sorted((c for c in cores if state.is_whole(c)), key=lambda c: -free[c])
-    partial = [c for c in cores if not state.is_whole(c)]
+    # (reverse keeps the order of equals, as the key -free would: a stable sort)
+    whole = sorted([c for c in cores if free[c] == size[c]], key=free.__getitem__, reverse=True)
     unused = []
     for c in whole:
         if free[c] <= need:
             pick[c] = free[c]
             need -= free[c]
+            if need == 0:
+                return pick  # (the rest of the whole cores would only be left unused)
         else:
             unused.append(c)
     if need == 0:
         return pick
+    partial = [c for c in cores if free[c] != size[c]]
     holds = [c for c in partial if free[c] >= need]
     if holds:
-        pick[min(holds, key=lambda c: free[c])] = need
+        pick[min(holds, key=free.__getitem__)] = need
         return pick
     if sum(free[c] for c in partial) < need:
         # A core must be broken anyway: one that holds the whole rest touches
         # fewer cores than leftovers plus a broken core.
         holding = [c for c in unused if free[c] >= need]
         if holding:
-            pick[min(holding, key=lambda c: free[c])] = need
+            pick[min(holding, key=free.__getitem__)] = need
             return pick
-    for c in sorted(partial, key=lambda c: free[c]):
+    for c in sorted(partial, key=free.__getitem__):
         take = min(free[c], need)
         pick[c] = take
         need -= take
@@ -260,7 +264,7 @@ def pick_cores(state: FreeState, cores: Sequence[int], n: int) -> Pick:
             return pick
     while need > 0:
         holding = [c for c in unused if free[c] >= need]
-        c = min(holding, key=lambda c: free[c]) if holding else max(unused, key=lambda c: free[c])
+        c = min(holding, key=free.__getitem__) if holding else max(unused, key=free.__getitem__)
         unused.remove(c)
         pick[c] = min(free[c], need)
         need -= pick[c]

@@ -33,7 +33,8 @@ class Shape:
     """Cores (as sorted CPU id tuples) and, per level, each core's group number."""
 
     __slots__ = ("topology", "cores", "core_of", "size", "group_of", "group_size",
-                 "group_packages", "members", "core_mask", "group_mask", "group_order", "levels", "threads", "_twins")
+                 "group_packages", "members", "core_mask", "group_mask", "group_order", "levels", "threads",
+                 "_twins", "_splitting")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -77,6 +78,18 @@ class Shape:
             for level, m in self.members.items()}
         self.levels = self._narrowing_levels()
         self._twins: dict[Level, tuple[Twin, ...]] = {}
+        self._splitting: dict[tuple[Level, int, tuple[Level, ...]], tuple[Level, ...]] = {}
+
+    def splitting(self, level: Level, group: int, levels: tuple[Level, ...]) -> tuple[Level, ...]:
+        """Those of `levels` that split the cores of `group` (of `level`): a walk inside the
+        group skips the others, which would only hand it on whole (machine data, kept)."""
+        key = (level, group, levels)
+        found = self._splitting.get(key)
+        if found is None:
+            members = self.members[level][group]
+            found = self._splitting[key] = tuple(
+                lvl for lvl in levels if len({self.group_of[lvl][c] for c in members}) > 1)
+        return found
 
     def twins(self, level: Level) -> tuple[Twin, ...]:
         """Per group of `level`: which groups it is interchangeable with while idle

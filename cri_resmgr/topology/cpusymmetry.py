@@ -54,8 +54,9 @@ def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
                 h = of_core[c]
                 if h not in rename:
                     rename[h] = len(rename)
-                    if not mine.issuperset(shape.members[other][h]):
-                        outer.append((other, h))
+                    if not mine.issuperset(shape.members[other][h]) and not any(
+                            shape.members[o][k] == shape.members[other][h] for o, k in outer):
+                        outer.append((other, h))  # (the same CPUs at two levels: counted once)
                     if not shape.group_packages[other][h] <= own_packages and packages is not None:
                         alone = True
             groups = sorted(rename, key=rename.__getitem__)
