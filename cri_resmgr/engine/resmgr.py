@@ -583,6 +583,10 @@ class ResourceManager:
         told = batch.add if log.isEnabledFor(logging.INFO) else None
         containers, resources, applied = self._cache.containers, self._policy.resources, self._applied
         dry_run, enforcer = self._options.dry_run, self._enforcer
+        # A pool's members share one Resources object before a change and one after it:
+        # the last comparison made is kept, with the objects it compared (held, so no other
+        # object can be one of them), and a thousand members cost one.
+        compared: tuple[Resources | None, Resources | None, bool] = (None, None, False)
         for key in keys:
             c = containers.get(key)
             if c is None or not c.id or c.released:
@@ -591,7 +595,11 @@ class ResourceManager:
             if target is None:
                 continue
             last = applied.get(key)
-            if last is target or last == target:  # a pool's members share one Resources
+            if last is target:
+                continue
+            if last is not compared[0] or target is not compared[1]:
+                compared = (last, target, last == target)
+            if compared[2]:
                 continue
             if dry_run:
                 self._would(c.workload, target)

@@ -230,8 +230,7 @@ class Book:
 
     def _mixed_resources(self, exclusive: CPUSet, exclusive_nodes: frozenset[int]) -> Resources:
         # Both sets' nodes are known (the pool's once per change of it), so each MIXED
-        # member costs the union of its CPUs alone; `shared | exclusive`, big set first,
-        # copies the pool's table instead of inserting its CPUs one by one into a small set.
+        # member costs the union of its CPUs alone.
         return self._resources(self.shared | exclusive, exclusive_nodes | self._shared_nodes)
 
 

@@ -74,11 +74,17 @@ class Checker:
     _local: dict[int, frozenset[int]] = field(default_factory=dict)  # CPU node -> its memory nodes
     _dram: frozenset[int] = frozenset()  # nodes holding ordinary memory
     _area: dict[int, CPUSet] = field(default_factory=dict)  # CPU -> its node's CPUs in its L3 group
-    _far: dict[tuple[CPUSet, str], str | None] = field(default_factory=dict)  # memo of _far_memory
+    # Each CPU node with its CPUs (a bitmask, CPUSet.as_mask), ascending: the nodes a
+    # cpuset touches, found per node.
+    _node_cpus: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._local = memory_nodes(self.topology)
         self._dram = frozenset().union(*self._local.values()) if self._local else frozenset()
+        by_node: dict[int, int] = {}
+        for cpu, info in self.topology.cpus.items():
+            by_node[info.node] = by_node.get(info.node, 0) | 1 << cpu
+        self._node_cpus = sorted(by_node.items())
 
     def fail(self, where: str, text: str) -> None:
         self.count += 1
@@ -376,19 +382,19 @@ class Checker:
         """Memory on the CPUs' nodes: each of their nodes' local memory is allowed."""
         if not mems or not self._local:
             return None
-        key = (cpus, mems)
-        if key in self._far:
-            return self._far[key]
-        if len(self._far) > 4096:  # bounded: a churn makes ever new cpusets
-            self._far.clear()
-        problem = self._far[key] = self._far_problem(cpus, mems)
-        return problem
+        return self._far_problem(cpus, mems)
 
     def _far_problem(self, cpus: CPUSet, mems: str) -> str | None:
         nodes = CPUSet.parse(mems).as_frozenset()
         if nodes.isdisjoint(self._dram):
             return None  # only far memory or HBM, asked for
-        missing = [n for n in self.topology.nodes_of(cpus) if n in self._local and nodes.isdisjoint(self._local[n])]
+        # Per node, not per CPU, and no memo by cpuset: a memo of the thousands of distinct
+        # 4096-CPU sets a churn makes (static-plus: one per fractional container per pool
+        # change) kept them alive (some 600 MB as frozensets), and the collector's passes
+        # over them landed in the timed calls.
+        mask = cpus.as_mask()
+        missing = [n for n, node_cpus in self._node_cpus
+                   if node_cpus & mask and n in self._local and nodes.isdisjoint(self._local[n])]
         if missing:
             return (f"cpuset_mems {mems} leaves out the memory of node(s) {', '.join(map(str, missing))} "
                     f"of its CPUs {cpus}")

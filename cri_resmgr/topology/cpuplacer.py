@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from cri_resmgr.topology.cpucriteria import CRITERIA, Criterion, FreeState, Pick, Ranked
 from cri_resmgr.topology.cpushape import SOFT_LEVELS
-from cri_resmgr.topology.cpusymmetry import untwinned
+from cri_resmgr.topology.cpusymmetry import mapped, untwinned
 from cri_resmgr.topology.model import Level
 
 __all__ = ["place", "pick_cores", "whole_core_amount", "even_split"]
@@ -68,9 +68,19 @@ def place(state: FreeState, cores: Sequence[int] | None, n: int, levels: Sequenc
             # Keeping to one cluster/L2 is a preference, not a rule: also try
             # ignoring this level, and let the criteria weigh it against cores.
             best = Ranked(state, place(state, cores, n, rest, criteria, spread), criteria)
+        shape = state.shape
+        twins = shape.twins(level) if len(fitting) > 1 and criteria is CRITERIA else None
+        tried: dict[int, tuple[int, Pick]] = {}  # twin class -> the idle group tried, its pick
         for g in fitting:
-            inside = state.shape.splitting(level, g, tuple(rest))
-            candidate = Ranked(state, place(state, parts[g], n, inside, criteria, spread), criteria)
+            twin = twins[g] if twins is not None and part_free[g] == shape.group_size[level][g] else None
+            if twin is not None and twin.within and twin.cls in tried:
+                source, pick = tried[twin.cls]
+                pick = mapped(shape, level, source, g, pick)  # what trying it would give
+            else:
+                pick = place(state, parts[g], n, shape.splitting(level, g, tuple(rest)), criteria, spread)
+                if twin is not None and twin.within:
+                    tried[twin.cls] = (g, pick)
+            candidate = Ranked(state, pick, criteria)
             if best is None or candidate < best:
                 best = candidate
         assert best is not None

@@ -20,6 +20,7 @@ Which idle groups count as twins at a call depends on what is free: `IdleTwins.k
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -27,38 +28,46 @@ if TYPE_CHECKING:
     from cri_resmgr.topology.cpushape import Shape
     from cri_resmgr.topology.model import Level
 
-__all__ = ["Twin", "idle_twins", "untwinned"]
+__all__ = ["Twin", "idle_twins", "untwinned", "mapped"]
 
 
 class Twin(NamedTuple):
     cls: int  # groups with the same class are built alike (and ordered: the first wins ties)
     outer: tuple[tuple[Level, int], ...]  # the groups of other levels it shares with the rest
+    # Inside one group of every level it is not made of (its package, say): every pick
+    # inside it touches the same outer groups, so how free they are cannot change which
+    # pick inside it wins, and a twin's best pick is this one's, core for core (`mapped`).
+    within: bool = False
 
 
 def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
     members = shape.members[level]
     packages = shape.group_of.get("package")
     classes: dict[tuple[object, ...], int] = {}
-    found: list[tuple[tuple[object, ...] | None, tuple[tuple[Level, int], ...]]] = []
+    found: list[tuple[tuple[object, ...] | None, tuple[tuple[Level, int], ...], bool]] = []
     for cores in members:
         mine = set(cores)
         own_packages = {packages[c] for c in cores} if packages is not None else set()
         outer: list[tuple[Level, int]] = []
         built: list[object] = [tuple(shape.size[c] for c in cores)]
         alone = False  # a group of another level reaches into a package it does not touch
+        within = True
         for other, of_core in shape.group_of.items():
             if other == level:
                 continue
             rename: dict[int, int] = {}
+            crossing = 0
             for c in cores:
                 h = of_core[c]
                 if h not in rename:
                     rename[h] = len(rename)
-                    if not mine.issuperset(shape.members[other][h]) and not any(
-                            shape.members[o][k] == shape.members[other][h] for o, k in outer):
-                        outer.append((other, h))  # (the same CPUs at two levels: counted once)
+                    if not mine.issuperset(shape.members[other][h]):
+                        crossing += 1
+                        if not any(shape.members[o][k] == shape.members[other][h] for o, k in outer):
+                            outer.append((other, h))  # (the same CPUs at two levels: counted once)
                     if not shape.group_packages[other][h] <= own_packages and packages is not None:
                         alone = True
+            within = within and crossing <= 1
             groups = sorted(rename, key=rename.__getitem__)
             built.append((other, tuple(rename[of_core[c]] for c in cores),
                           tuple(mine.issuperset(shape.members[other][h]) for h in groups),
@@ -66,12 +75,12 @@ def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
         if packages is not None:  # the packages its cores are in, renamed alike
             rename = {}
             built.append(tuple(rename.setdefault(packages[c], len(rename)) for c in cores))
-        found.append((None if alone else tuple(built), tuple(outer)))
-    for signature, _ in found:
+        found.append((None if alone else tuple(built), tuple(outer), within))
+    for signature, _, _ in found:
         if signature is not None:
             classes.setdefault(signature, len(classes))
     unique = iter(range(len(classes), len(classes) + len(found)))
-    cls = [classes[b] if b is not None else next(unique) for b, _ in found]
+    cls = [classes[b] if b is not None else next(unique) for b, _, _ in found]
     # The first idle one of a class at a call must win `lowest_ids` against every later
     # one: each group's cores lower, position by position, than the next one's. A class
     # where that fails is split up (no pruning there).
@@ -81,7 +90,8 @@ def idle_twins(shape: Shape, level: Level) -> tuple[Twin, ...]:
         if c in last and not _below(members[last[c]], members[g]):
             broken.add(c)
         last[c] = g
-    return tuple(Twin(next(unique) if c in broken else c, outer) for c, (_, outer) in zip(cls, found, strict=True))
+    return tuple(Twin(next(unique) if c in broken else c, outer, within)
+                 for c, (_, outer, within) in zip(cls, found, strict=True))
 
 
 def _below(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -103,3 +113,10 @@ def untwinned(state: FreeState, level: Level, fitting: list[int], part_free: dic
             seen.add(key)
         kept.append(g)
     return kept
+
+
+def mapped(shape: Shape, level: Level, source: int, target: int, pick: dict[int, int]) -> dict[int, int]:
+    """`pick`, made inside group `source`, moved to the cores in the same places of its
+    idle twin `target` (both of one class, `within`): what trying the target would give."""
+    mine, theirs = shape.members[level][source], shape.members[level][target]
+    return {theirs[bisect_left(mine, core)]: k for core, k in pick.items()}

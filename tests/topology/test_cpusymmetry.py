@@ -18,8 +18,10 @@ MACHINES = {**{name: make for name, make in SHAPES.items()},
             "2s/8n/48c/2t/l3=4": lambda: topology_of("2s/8n/48c/2t/l3=4")}
 
 
-def _every_group(state, level, fitting, part_free):
-    return fitting
+def _try_every_group(monkeypatch):
+    """The walk as without cpusymmetry.py: pruning and mapping apply to the built-in
+    criteria only (the same criteria in another tuple are tried group by group)."""
+    monkeypatch.setattr(cpuplacer, "CRITERIA", tuple(list(cpuplacer.CRITERIA)))  # (a copy)
 
 
 def _frees(topo: Topology, rng: random.Random, count: int):
@@ -52,7 +54,7 @@ def test_trying_one_twin_picks_what_trying_every_group_picks(name, monkeypatch):
                 out.append(str(e))
         return out
     pruned = run()
-    monkeypatch.setattr(cpuplacer, "untwinned", _every_group)
+    _try_every_group(monkeypatch)
     assert run() == pruned
 
 
@@ -65,7 +67,7 @@ def test_an_idle_machine_tries_one_node_not_sixteen(monkeypatch):
     assert alloc.allocate(topo.online, 2) == topo.cpu(topo.online.min()).siblings
     assert len(calls) == 1
     calls.clear()
-    monkeypatch.setattr(cpuplacer, "untwinned", _every_group)
+    _try_every_group(monkeypatch)
     alloc.allocate(topo.online, 2)
     assert len(calls) == 16
 
@@ -79,8 +81,13 @@ def test_a_partly_used_node_is_tried_beside_one_idle_twin(monkeypatch):
     monkeypatch.setattr(cpuplacer, "pick_cores", lambda state, cores, n: calls.append(1) or real(state, cores, n))
     got = CPUAllocator(topo).allocate(free, 1)
     assert got == topo.cpu(node0.min()).siblings - CPUSet([node0.min()])  # the stray thread
-    # node 0, node 1 (idle, in node 0's busier package), one idle node of an idle package
-    assert len(calls) == 3
+    # node 0, and node 1 (idle, in node 0's busier package); the idle nodes of the idle
+    # packages are node 1's twins: its pick moved to their cores, not worked out again
+    assert len(calls) == 2
+    calls.clear()
+    _try_every_group(monkeypatch)
+    assert CPUAllocator(topo).allocate(free, 1) == got
+    assert len(calls) == 16
 
 
 def _two_node_machine(node_of_core: list[int]) -> Topology:
