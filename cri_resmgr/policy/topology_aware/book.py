@@ -260,9 +260,25 @@ class Book:
         self._account(m, +1)
         return self._settle(m)
 
+    def _nodes(self, m: Member) -> frozenset[int] | None:
+        """The memory nodes of an exclusive member whose CPUs take only some of its memory
+        pool's leaves (a 2-CPU container given a thread of two nodes of three): those
+        leaves' nodes, when they hold its memory request; None: the memory pool's. A pool
+        widened for the memory holds the CPUs in one of its children: all its nodes."""
+        pool, cpus = m.mem_pool, m.exclusive
+        if pool is None or m.cls is not CPUClass.EXCLUSIVE or not cpus or not pool.children or \
+                not cpus <= pool.cpus or any(cpus <= c.cpus for c in pool.children):
+            return None
+        leaves = [leaf for leaf in pool.leaves if not leaf.cpus.isdisjoint(cpus)]
+        if len(leaves) == len(pool.leaves) or sum(leaf.memory_bytes(m.kinds) for leaf in leaves) < m.request.memory:
+            return None
+        return frozenset().union(*(leaf.nodes(m.kinds) for leaf in leaves)) or None
+
     def _settle(self, m: Member) -> Resources:
         """Compute and file a member's resources from its pool, class and memory."""
-        m.mems = None if m.mem_pool is None else self.mems_of(m.mem_pool, m.kinds)
+        nodes = self._nodes(m) if self.pin_memory else None
+        m.mems = None if m.mem_pool is None else \
+            self.mems_text(nodes) if nodes else self.mems_of(m.mem_pool, m.kinds)
         pool = m.pool
         if pool is None:
             m.resources = Resources(self.reserved, m.mems)
