@@ -117,6 +117,21 @@ def _ids(mask: int) -> tuple[int, ...]:
     return tuple(compress(range(first, first + len(bits)), bits))
 
 
+_FEW_RUNS = 64
+
+
+def _format_runs(mask: int) -> str:
+    """Kernel list syntax straight from a bitmask, run by run."""
+    parts = []
+    while mask:
+        first = (mask & -mask).bit_length() - 1
+        rest = mask >> first
+        length = (~rest & (rest + 1)).bit_length() - 1  # the ones from `first` up
+        parts.append(_format_run(first, first + length - 1))
+        mask ^= ((1 << length) - 1) << first
+    return ",".join(parts)
+
+
 def _mask_of(ids: Iterable[int]) -> int:
     """The bitmask of valid ids (non-negative ints up to MAX_CPU_ID), checking each."""
     if type(ids) is range and ids.step == 1:
@@ -257,7 +272,14 @@ class CPUSet:
         """Kernel list syntax (cached)."""
         text = self._text
         if text is None:
-            text = format_cpulist(self.sorted())
+            mask = self._mask
+            # A set of few runs (a pool of whole nodes: thousands of CPUs, a few ranges) is
+            # written run by run from the mask, a few word operations each; a fragmented
+            # one (many runs) from the ids, which a run-by-run walk would cost more.
+            if self._sorted is None and (mask & ~(mask << 1)).bit_count() <= _FEW_RUNS:
+                text = _format_runs(mask)
+            else:
+                text = format_cpulist(self.sorted())
             object.__setattr__(self, "_text", text)
         return text
 
