@@ -16,6 +16,8 @@ others it moved are the ones last seen (the full passes ask for every container)
 * memory on the CPUs' nodes: a cpuset.mems with ordinary memory holds, for each NUMA node
   of the container's CPUs, that node (a CPU-only node: one of its nearest nodes with
   memory), so the kernel allocates locally first (one asking only for PMEM/HBM is free to);
+  and a new container running on its exclusive CPUs alone has no ordinary memory beyond
+  its CPUs' nodes' when those hold its memory request and limit;
 * no SMT core split while whole cores were free: a new container's exclusive CPUs do not
   take a core's worth of threads from cores they leave half taken (their siblings free)
   while another core, wholly free before (of the same kind: isolated or not) in the same
@@ -167,6 +169,10 @@ class Checker:
             if problem:
                 self.fail(where, f"{self._name(key)}: {problem}")
         c = self.cache.containers.get(key)
+        if new and exclusive and c is not None:
+            problem = self._wide_memory(c.workload, exclusive, self.policy.resources(key))
+            if problem:
+                self.fail(where, f"{self._name(key)}: {problem}")
         # Judged when the container is decided on: a policy does not move a container placed
         # shared (too little room then) when room comes back later, e.g. by a release.
         if self.isolation and new and c is not None and self.policy.resources(key) is not None:
@@ -225,6 +231,24 @@ class Checker:
         if found is None:
             return None
         return f"exclusive CPUs {exclusive} split the cores of CPUs {CPUSet(stray)} while core {found} was free"
+
+    def _wide_memory(self, w: Workload, exclusive: CPUSet, held: Resources | None) -> str | None:
+        """A container running on its exclusive CPUs alone whose ordinary memory nodes go
+        beyond its CPUs' nodes' memory though that holds what it asks (its memory request
+        or limit): the kernel may then allocate far from its CPUs for no reason."""
+        if held is None or not held.cpuset_mems or not held.cpuset_cpus <= exclusive or not self._local:
+            return None
+        nodes = CPUSet.parse(held.cpuset_mems).as_frozenset() & self._dram
+        local = frozenset().union(*(self._local.get(n, frozenset()) for n in self.topology.nodes_of(exclusive)))
+        beyond = nodes - local
+        if not beyond or not local <= nodes:
+            return None
+        asked = max(w.memory_request, w.memory_limit or 0)
+        room = sum(self.topology.nodes[n].memory_kb for n in local) * 1024
+        if w.memory_limit is None or asked > room:
+            return None
+        return (f"cpuset_mems {held.cpuset_mems} holds node(s) {CPUSet(beyond)} beyond the memory of its CPUs' "
+                f"nodes (CPUs {exclusive}: memory node(s) {CPUSet(local)}), which hold its {asked >> 20} MiB")
 
     def _area_of(self, cpu: int) -> CPUSet:
         area = self._area.get(cpu)

@@ -1,13 +1,15 @@
-"""The isolation invariant on a pool tree (issue 36): topology-aware's leaves keep a CPU of
-their own for the shared containers they hold, so the shared requests do not fit rounded
-up once. Before, a 4-CPU Guaranteed container run on shared CPUs was reported on
-`-shape 1s/3n/3c/2t` as fitting (6000m of 6000m) with a BestEffort container in each of
-two nodes."""
+"""The invariants on a pool tree (issue 36). Isolation: topology-aware's leaves keep a CPU
+of their own for the shared containers they hold, so the shared requests do not fit
+rounded up once (before, a 4-CPU Guaranteed container run on shared CPUs was reported on
+`-shape 1s/3n/3c/2t` as fitting, 6000m of 6000m, with a BestEffort container in each of
+two nodes). Memory: an exclusive container's is on its CPUs' nodes, no wider, when they
+hold it."""
 
 from __future__ import annotations
 
 from cri_resmgr.config import Config, PolicyConfig
 from cri_resmgr.policy.registry import default_registry
+from cri_resmgr.policy.topology_aware.book import Book
 from cri_resmgr.policy.topology_aware.placement import Placer
 from cri_resmgr.simulate.churn import churn_calls
 from cri_resmgr.simulate.engine import simulate
@@ -52,3 +54,14 @@ def test_topology_aware_churn_on_small_nodes_holds_the_invariants():
         o = simulate(churn_calls(400, 1, 3), topology_of(shape), Config(PolicyConfig()), "topology-aware",
                      default_registry(), keep_steps=False)
         assert o.checker.count == 0, (shape, o.checker.violations[:5])
+
+
+def test_an_exclusive_containers_memory_beyond_its_cpus_nodes_is_a_violation(monkeypatch):
+    # topology-aware before issue 36: CPUs 0,2 (nodes 0 and 1) placed in the root got the
+    # root's memory, nodes 0-2, though nodes 0-1 hold its 64 MiB.
+    pods = pod("a", None) + pod("b", None) + pod("one", "1") + pod("two", "2")
+    assert run(pods).checker.count == 0
+    monkeypatch.setattr(Book, "_nodes", lambda self, m: None)
+    o = run(pods)
+    assert any("default/two:c: cpuset_mems 0-2 holds node(s) 2 beyond the memory of its CPUs' nodes" in v
+               for v in o.checker.violations), o.checker.violations
