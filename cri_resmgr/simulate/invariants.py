@@ -35,7 +35,8 @@ others it moved are the ones last seen (the full passes ask for every container)
   (a pool hiding hyperthreads neither counted as room nor its requests as need); what
   the configuration caps (a balloon type's MaxCPUs, the policy's isolation_cap) is all
   that is expected, and the shared pool's own CPU beside the reserved ones is needed
-  where the policy keeps one (its shared_floor).
+  where the policy keeps one (its shared_floor); a pool tree's leaves keep their shared
+  containers apart, each at least a CPU of its own: rounded up leaf by leaf (_kept_apart).
 """
 
 from __future__ import annotations
@@ -352,6 +353,14 @@ class Checker:
             need += kept
             if need > capacity:
                 return None
+        # A pool tree's leaves hold their shared containers apart (topology-aware: a shared
+        # container stays in its pool, and each leaf keeps CPUs of its own for the ones it
+        # holds, at least one): their requests are rounded up leaf by leaf, not once.
+        apart = self._kept_apart(usage, w.key)
+        if apart > 1000 * max(floor, -(-shared // 1000)):
+            need += apart - 1000 * max(floor, -(-shared // 1000))
+            if need > capacity:
+                return None
         text = (f"a Guaranteed container of {whole} CPUs holds {len(exclusive)} exclusive CPUs although the "
                 f"requests fit ({need}m of {capacity}m)")
         # Pools of their own CPUs (balloons: not a tree's nested pools) holding whole CPUs
@@ -362,6 +371,29 @@ class Checker:
                  if p.kind and not p.exclusive and not p.hidden and all(owners[cpu] == 1 for cpu in p.cpus)
                  and len(p.cpus - self.reserved) > max(p.kept, -(-p.requested_milli // 1000))]
         return f"{text}; held beyond their requests: {', '.join(slack[:5])}" if slack else text
+
+    def _kept_apart(self, usage: PolicyUsage, key: str) -> int:
+        """Milli-CPU the leaves of the policy's pool tree (pools naming a parent, and no
+        pool naming them) keep for their shared containers, `key` left out: each leaf
+        with any, its shared requests rounded up and at least one CPU, less its reserved
+        CPUs (its shared containers run on those too). The containers expected to be
+        exclusive count as their own CPUs, not here. 0 without a tree."""
+        parents = {p.parent for p in usage.pools if p.parent}
+        if not parents:
+            return 0
+        total = 0
+        for pool in usage.pools:
+            if not pool.parent or pool.name in parents:
+                continue
+            milli, members = 0, 0
+            for k in pool.containers:
+                if k == key or k not in self._requests or self._wants_isolation(k):
+                    continue
+                members += 1
+                milli += max(0, self._requests[k] - 1000 * len(self._exclusive_of.get(k, _EMPTY)))
+            if members:
+                total += 1000 * max(0, max(1, -(-milli // 1000)) - len(pool.cpus & self.reserved))
+        return total
 
     def _cap(self, w: Workload) -> int | None:
         """The most exclusive CPUs the configuration lets `w` hold (a balloon type's MaxCPUs),
