@@ -23,6 +23,12 @@ others it moved are the ones last seen (the full passes ask for every container)
   while another core, wholly free before (of the same kind: isolated or not) in the same
   NUMA node and L3 group, stayed out of them; free is what the policy could have given
   (its usage's exclusive_free: no pool or balloon holds it, no container has it);
+* no L3 or NUMA span while one would do (a policy that creates pools, balloons, says so with
+  `creates_pools`): a pool a call created (a new balloon) on CPUs of
+  more than one NUMA node's part of an L3 group (the node where there is no L3 data), while
+  one such part had that many CPUs free before the call (a HideHyperthreads one: that many
+  whole cores), not counting the reserved CPUs, their cores' other threads and the
+  kernel's isolated CPUs (which a policy takes last) nor what other pools hold after it;
 * no Guaranteed container sharing CPUs when the requests fit (judged when it is decided
   on, created or resized): a Guaranteed container with
   whole CPUs (not prefer-shared, not on the reserved CPUs) holds that many exclusive CPUs
@@ -44,7 +50,7 @@ from dataclasses import dataclass, field
 from cri_resmgr.engine.cache import Cache
 from cri_resmgr.policy.api import Policy, QoS, Resources, Workload
 from cri_resmgr.policy.pools import memory_nodes
-from cri_resmgr.policy.usage import PolicyUsage
+from cri_resmgr.policy.usage import PolicyUsage, PoolUsage
 from cri_resmgr.simulate.recording import Event
 from cri_resmgr.topology import Topology
 from cri_resmgr.topology.cpuset import CPUSet
@@ -81,6 +87,13 @@ class Checker:
     # Each CPU node with its CPUs (a bitmask, CPUSet.as_mask), ascending: the nodes a
     # cpuset touches, found per node.
     _node_cpus: list[tuple[int, int]] = field(default_factory=list)
+    # Each NUMA node's part of each L3 group (the node without L3 data), as bitmasks; the
+    # CPUs a new pool takes last (reserved, their cores' threads, isolated); the pools by
+    # name and the free CPUs after the last call that changed anything (None: not known).
+    _areas: list[int] = field(default_factory=list)
+    _last_taken: int = 0
+    _pools_seen: dict[str, CPUSet] | None = None
+    _free_seen: CPUSet = field(default_factory=CPUSet)
 
     def __post_init__(self) -> None:
         self._local = memory_nodes(self.topology)
@@ -89,6 +102,23 @@ class Checker:
         for cpu, info in self.topology.cpus.items():
             by_node[info.node] = by_node.get(info.node, 0) | 1 << cpu
         self._node_cpus = sorted(by_node.items())
+        l3s = [g.as_mask() for g in self.topology.groups("l3")]
+        for _, mask in self._node_cpus:
+            parts = [mask & g for g in l3s if mask & g]
+            self._areas.extend(parts or [mask])
+        beside = CPUSet(c for r in self.reserved for c in self.topology.siblings(r))
+        self._last_taken = (beside | self.reserved | self.topology.isolated).as_mask()
+        self._see_pools()
+
+    def _see_pools(self) -> PolicyUsage | None:
+        """The pools now, kept for the next call (only for a policy that creates pools as it
+        goes, balloons: its `creates_pools`; a pool tree's usage is costly to ask per call)."""
+        if not getattr(self.policy, "creates_pools", False):
+            return None
+        u = self.policy.usage()
+        self._pools_seen = {p.name: p.cpus for p in u.pools}
+        self._free_seen = u.exclusive_free
+        return u
 
     def fail(self, where: str, text: str) -> None:
         self.count += 1
@@ -140,6 +170,48 @@ class Checker:
         for key in allocated:
             if self._alive(key):
                 self._placement(where, key, new=True)
+        if events:
+            self._new_pools(where)
+
+    def _new_pools(self, where: str) -> None:
+        """A pool this call created spans L3 groups (or NUMA nodes) while one had room."""
+        before, free = self._pools_seen, self._free_seen
+        usage = self._see_pools()
+        if usage is None or before is None:
+            return
+        for pool in usage.pools:
+            if pool.name in before or not pool.cpus:
+                continue
+            problem = self._span_problem(pool, usage, free)
+            if problem:
+                self.fail(where, f"new pool {pool.name}: {problem}")
+
+    def _span_problem(self, pool: PoolUsage, usage: PolicyUsage, free: CPUSet) -> str | None:
+        mask = pool.cpus.as_mask()
+        touched = [a for a in self._areas if a & mask]
+        if len(touched) < 2:
+            return None
+        others = 0
+        for p in usage.pools:
+            if p.name != pool.name:
+                others |= p.cpus.as_mask()
+        room = free.as_mask() & self.available.as_mask() & ~others & ~self._last_taken
+        topo = self.topology
+        cores = bool(pool.hidden)
+        want = len({topo.siblings(c) for c in pool.cpus}) if cores else len(pool.cpus)
+        for area in self._areas:
+            here = room & area
+            count = here.bit_count()
+            if count < want:
+                continue
+            if cores:
+                cpus = CPUSet.of_mask(here)
+                count = len({topo.siblings(c) for c in cpus if topo.siblings(c) <= cpus})
+            if count >= want:
+                unit = "whole cores" if cores else "CPUs"
+                return (f"{len(pool.cpus)} CPUs {pool.cpus} span {len(touched)} L3 groups or NUMA nodes while "
+                        f"CPUs {CPUSet.of_mask(area)} of one had {count} {unit} free")
+        return None
 
     def _refresh_moved(self, where: str, others: Iterable[str]) -> None:
         """An other whose new cpuset leaves out the exclusive CPUs last seen was given new

@@ -14,8 +14,17 @@ needs to be tried. That holds when the first's cores are, position by position,
 lower than the other's; a class where this fails (odd core numbering) keeps
 every group to itself, and is tried group by group as before.
 
+Idle twins whose outer groups are not equally free (a node in a busy package, its
+twin in an idle one) score differently, so each is a candidate; but when a twin lies
+inside one group of every other level (its package, say), every pick inside it
+touches the same outer groups, which add the same to every such pick's score: the
+best pick inside it is the first twin's, moved core for core (`mapped`), not worked
+out again.
+
 The classes depend on the machine only: `Shape.twins(level)` works them out once.
-Which idle groups count as twins at a call depends on what is free: `IdleTwins.key`.
+Which idle groups count as twins at a call depends on what is free (`untwinned`).
+Only the built-in criteria are known to score twins alike: `cpuplacer.place` prunes
+and maps for them alone.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ DESCRIPTION = "balloons: named CPU pools that inflate and deflate with their con
 
 class BalloonsPolicy:
     name = NAME
+    # Creates pools (balloons) as containers come: the simulator checks that a new one spans
+    # no L3 group or NUMA node while one had room for it (simulate/invariants.py).
+    creates_pools = True
 
     def __init__(self, context: PolicyContext) -> None:
         self._config = parse_config(context.options)

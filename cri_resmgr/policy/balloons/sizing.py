@@ -5,9 +5,9 @@ allows: its own NUMA nodes (its cores, L3 group, die first), then the other
 nodes by distance; within each, whole cores before stray threads beside other
 balloons, and threads beside the reserved CPUs (and the kernel's isolated CPUs)
 only when nothing else is left
-(Nearness.inflate). A new balloon starts in the node AllocatorTopologyBalancing
-picks (start_node); PreferSpreadOnPhysicalCores takes one thread of each core
-first. Deflating gives back the
+(Nearness.inflate). A new balloon starts in a node where one L3 group holds it, if
+any does, the one AllocatorTopologyBalancing picks (start_node);
+PreferSpreadOnPhysicalCores takes one thread of each core first. Deflating gives back the
 CPUs whose leaving keeps the rest most compact: from the node, die, L3 and
 core where the balloon has the fewest CPUs, so it shrinks out of its
 outskirts. With HideHyperthreads a balloon owns whole cores and its containers
@@ -55,6 +55,14 @@ class Nearness:
                     of[cpu] = group
             self._group_of[level] = of
         self.core_of = self._group_of["core"]
+        # Each NUMA node's CPUs by L3 group (the node's share of each L3 group it touches;
+        # the whole node where the kernel gives no L3 data): where a new balloon fits best.
+        self._areas: dict[int, list[CPUSet]] = {}
+        l3s = topology.groups("l3")
+        for node in topology.cpu_node_ids():
+            cpus = topology.node_cpus(node)
+            parts = [cpus & g for g in l3s if cpus & g]
+            self._areas[node] = sorted(parts, key=CPUSet.min) if parts else [cpus]
         # Threads that share a core with a reserved CPU, and the kernel's isolated CPUs
         # (isolcpus: no load balancing, a balloon's threads would not spread onto them):
         # balloons take them last.
@@ -142,14 +150,17 @@ class Nearness:
             own = CPUSet().union(*(self.topology.node_cpus(x) for x in origin))
             layers = [[r & own for r in self.near_regions(current) if r & own] + [own]]
         else:
-            node = self.start_node(free, n, prefer, balance)
+            node, area = self.start_node(free, n, prefer, balance, spread=spread)
             own = self.topology.node_cpus(node)
             usable = (free & own) - self.beside_reserved
             if not spread and len(usable) >= n:
-                # A new balloon in one node: the allocator packs it on the fewest cores
-                # (whole cores first, a remainder on a thread left over beside another).
+                # A new balloon in one node: the allocator keeps it in one L3 group when
+                # one holds it (start_node chose a node where one does, if any) and packs
+                # it on the fewest cores (whole cores first, a remainder on a thread left
+                # over beside another).
                 return self.allocator.allocate(usable, n, prefer)
-            layers = [[own]]
+            # Spread: the L3 group start_node chose first, one thread of each of its cores.
+            layers = [[area], [own]] if area is not None and area != own else [[own]]
             origin = (node,)
         layers += [[ring] for ring in self._distance_rings(origin)]
         layers.append([self.topology.online])
@@ -238,13 +249,19 @@ class Nearness:
             by[d] = by.get(d, 0) | topo.node_cpus(node).as_mask()
         return [CPUSet.of_mask(by[d]) for d in sorted(by)]
 
-    def start_node(self, free: CPUSet, n: int, prefer: CPUSet | None, balance: bool) -> int:
-        """Where a new balloon of `n` CPUs starts. balance (AllocatorTopologyBalancing): the
-        package, die and node with the most free CPUs (of the preferred kind), so balloons
-        spread over the machine and have room to grow; otherwise packed, as the references
-        do by default: the package, die and node with the fewest free CPUs that still hold
-        the balloon (not counting threads beside the reserved CPUs), so whole parts of the
-        machine stay idle."""
+    def start_node(self, free: CPUSet, n: int, prefer: CPUSet | None, balance: bool, *,
+                   spread: bool = False, cores: bool = False) -> tuple[int, CPUSet | None]:
+        """Where a new balloon of `n` CPUs (`cores`: n whole cores) starts: its node, and
+        the part of one L3 group in that node that holds it (None when no L3 group of the
+        node does). A node where one L3 group holds the balloon comes first, so that a new
+        balloon spans no L3 group while one anywhere has room. Then, balance
+        (AllocatorTopologyBalancing): the package, die and node with the most free CPUs (of
+        the preferred kind), so balloons spread over the machine and have room to grow;
+        otherwise packed, as the references do by default: the package, die and node with
+        the fewest free CPUs that still hold the balloon on the fewest cores (not counting
+        threads beside the reserved CPUs), so whole parts of the machine stay idle. Within
+        the node, the L3 group that holds it on the fewest cores (spread: with the most
+        whole free cores), the fullest (balance: the emptiest)."""
         topo = self.topology
         pool = (free & prefer) if prefer and (free & prefer) else free
         usable = pool - self.beside_reserved
@@ -257,16 +274,40 @@ class Nearness:
             first = min(mine)
             pkg = len(pool & self._group_of["package"].get(first, cpus))
             die = len(pool & self._group_of["die"].get(first, cpus))
-            holds = len(usable & cpus) >= n
-            candidates.append((node, holds, pkg, die, len(mine), self._cores_for(usable & cpus, n)))
+            here = usable & cpus
+            holds = self._room(here, cores) >= n
+            area = self._best_area(node, usable, n, balance, spread, cores) if holds else None
+            fits = area is not None
+            need = self._cores_for(usable & area if fits else here, n)
+            candidates.append((node, holds, pkg, die, len(mine), need, fits, area))
         if not candidates:
-            return topo.node_of(free.min())
+            return topo.node_of(free.min()), None
         if balance:
-            return max(candidates, key=lambda c: (c[2], c[3], c[4], -c[0]))[0]
+            best = max(candidates, key=lambda c: (c[6], c[2], c[3], c[4], -c[0]))
+            return best[0], best[7]
         holding = [c for c in candidates if c[1]]
-        if holding:  # on the fewest cores first: a whole core beats two stray threads
-            return min(holding, key=lambda c: (c[5], c[2], c[3], c[4], c[0]))[0]
-        return max(candidates, key=lambda c: (c[2], c[3], c[4], -c[0]))[0]  # spills anyway: most room
+        if holding:  # in one L3 group, on the fewest cores first: a whole core beats two stray threads
+            best = min(holding, key=lambda c: (not c[6], c[5], c[2], c[3], c[4], c[0]))
+            return best[0], best[7]
+        best = max(candidates, key=lambda c: (c[2], c[3], c[4], -c[0]))  # spills anyway: most room
+        return best[0], None
+
+    def _room(self, cpus: CPUSet, cores: bool) -> int:
+        return self.cores_in(self.whole_cores(cpus)) if cores else len(cpus)
+
+    def _best_area(self, node: int, usable: CPUSet, n: int, balance: bool, spread: bool,
+                   cores: bool) -> CPUSet | None:
+        """The node's part of an L3 group that holds `n` of `usable` (None: none does)."""
+        best: tuple[tuple[int, ...], CPUSet] | None = None
+        for area in self._areas[node]:
+            here = usable & area
+            if self._room(here, cores) < n:
+                continue
+            fit = -min(n, self.cores_in(self.whole_cores(here))) if spread else self._cores_for(here, n)
+            key = (fit, -len(here) if balance else len(here), area.min())
+            if best is None or key < best[0]:
+                best = (key, area)
+        return best[1] if best is not None else None
 
     def _cores_for(self, cpus: CPUSet, n: int) -> int:
         """The fewest cores that give `n` of `cpus` (the fullest cores first)."""
@@ -287,9 +328,15 @@ class Nearness:
         """`cores` whole free cores nearest to `current` (HideHyperthreads balloons)."""
         whole = self.whole_cores(free)
         chosen = CPUSet()
+        start = None  # a new balloon: its first core in the L3 group that holds them all, if one does
+        if not current and cores > 1:
+            node, area = self.start_node(whole, cores, prefer, balance, cores=True)
+            start = area if area is not None else self.topology.node_cpus(node)
         for _ in range(cores):
             base = current | chosen
             pool = whole - chosen
+            if not base and start is not None and pool & start:
+                pool = pool & start
             pick = self.inflate(pool, base, 1, prefer, balance=balance)
             chosen = chosen | self.core_of.get(pick.min(), pick)
         return chosen
