@@ -32,14 +32,13 @@ SPAN_LEVELS: tuple[Level, ...] = CONTAINMENT
 class Shape:
     """Cores (as sorted CPU id tuples) and, per level, each core's group number."""
 
-    __slots__ = ("topology", "cores", "core_of", "size", "group_of", "group_size",
+    __slots__ = ("topology", "cores", "size", "group_of", "group_size",
                  "group_packages", "members", "core_mask", "group_mask", "group_order", "levels", "threads",
                  "_twins", "_splitting")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.cores: tuple[tuple[int, ...], ...] = tuple(c.sorted() for c in topology.cores())
-        self.core_of: dict[int, int] = {cpu: i for i, core in enumerate(self.cores) for cpu in core}
         self.size: tuple[int, ...] = tuple(len(c) for c in self.cores)
         self.threads = max(self.size)
         self.group_of: dict[Level, tuple[int, ...]] = {}
